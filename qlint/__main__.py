@@ -1,0 +1,3 @@
+from qlint.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""The `qlint` command line: ruff habits, torch imported only when a program is read.
+
+Exit codes: 0 no finding at error severity; 1 findings at error severity;
+2 usage, config or input errors (a path that cannot be read, a bad config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from qlint import __version__
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+COMMANDS = ("check", "rule", "rules", "init")
+OUTPUT_FORMATS = ("text", "json", "github", "sarif")
+
+
+def _codes(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from qlint.config import CPUS
+
+    parser = argparse.ArgumentParser(
+        prog="qlint",
+        description="Find (and fold) the fp32 islands that quantized PyTorch programs keep after Cortex-M lowering.",
+    )
+    parser.add_argument("--version", action="version", version=f"qlint {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    check = sub.add_parser("check", help="check .pt2/.pte files, directories and config targets (default)")
+    check.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                       help="files or directories; without any, the config's targets and the current directory")
+    check.add_argument("--config", type=Path, help="config file (default: .qlint.yaml found upward from the current directory)")
+    check.add_argument("--select", type=_codes, help="comma-separated rule codes or prefixes to enable")
+    check.add_argument("--ignore", type=_codes, help="comma-separated rule codes or prefixes to disable")
+    check.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text")
+    check.add_argument("--statistics", action="store_true", help="print counts per rule instead of each finding")
+    check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are error findings")
+    check.add_argument("--target-cpu", choices=CPUS, help="Cortex-M CPU to lower for (overrides the config)")
+    check.add_argument("--lowering", choices=("repaired", "stock"), default="repaired",
+                       help="pass order: qlint's repaired order (default) or ExecuTorch's stock order")
+    check.add_argument("--targets-only", action="store_true", help="check only the config's targets")
+    check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
+    check.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks and framework logs")
+
+    rule = sub.add_parser("rule", help="explain a rule")
+    rule.add_argument("code")
+    sub.add_parser("rules", help="list the rules")
+    init = sub.add_parser("init", help="write a commented default .qlint.yaml")
+    init.add_argument("path", nargs="?", type=Path, default=Path(".qlint.yaml"))
+    return parser
+
+
+def _normalize_argv(argv: list[str]) -> list[str]:
+    """`qlint PATHS` and `qlint --select X PATHS` mean `qlint check ...`."""
+    if any(a in ("-h", "--help", "--version") for a in argv[:1]):
+        return argv
+    if not argv or argv[0] not in COMMANDS:
+        return ["check", *argv]
+    return argv
+
+
+def cmd_rules() -> int:
+    from tabulate import tabulate
+
+    from qlint.catalog import load_catalog
+
+    rows = [[r.code, r.name, r.default_severity, "yes" if r.fixable else "", r.summary] for r in load_catalog().values()]
+    print(tabulate(rows, headers=["code", "name", "severity", "fix", "summary"], tablefmt="simple"))
+    return EXIT_OK
+
+
+def cmd_rule(code: str) -> int:
+    from qlint.catalog import load_catalog, render_rule
+
+    catalog = load_catalog()
+    if code.upper() not in catalog:
+        print(f"qlint: unknown rule {code!r} (known: {', '.join(catalog)})", file=sys.stderr)
+        return EXIT_ERROR
+    print(render_rule(catalog[code.upper()]), end="")
+    return EXIT_OK
+
+
+def cmd_init(path: Path) -> int:
+    from qlint.config import DEFAULT_CONFIG
+    from qlint.output import write_atomic
+
+    if path.exists():
+        print(f"qlint: {path} already exists; not overwriting", file=sys.stderr)
+        return EXIT_ERROR
+    write_atomic(path, DEFAULT_CONFIG.encode())
+    print(f"wrote {path}")
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from qlint.config import ConfigError, check_selectors, find_config, load_config
+
+    try:
+        config_path = args.config if args.config else find_config(Path.cwd())
+        if args.config and not args.config.is_file():
+            raise ConfigError(args.config, 0, "<file>", "no such config file")
+        config = load_config(config_path)
+        for option, codes in (("--select", args.select), ("--ignore", args.ignore)):
+            if codes:
+                def err(message: str, option: str = option) -> ConfigError:
+                    return ConfigError("<command line>", 0, option, message)
+                check_selectors(codes, err)
+        config = config.with_overrides(target_cpu=args.target_cpu, select=args.select, ignore=args.ignore)
+    except ConfigError as exc:
+        print(f"qlint: config error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+    from qlint import backend, engine, reporters
+
+    backend.quiet_logs(args.verbose)
+    if args.targets_only:
+        paths, targets = [], list(config.targets)
+    elif args.paths:
+        paths, targets = list(args.paths), []
+    else:
+        paths, targets = [Path(".")], list(config.targets)
+    report = engine.run(paths, targets, config, order=args.lowering, verbose=args.verbose)
+
+    for error in report.errors:
+        print(f"qlint: error: {error}", file=sys.stderr)
+    if args.statistics:
+        print(reporters.statistics(report))
+    elif args.output_format == "text":
+        print(reporters.text(report, quiet=args.quiet))
+    else:
+        print(reporters.FORMATS[args.output_format](report))
+
+    if report.errors:
+        return EXIT_ERROR
+    if not args.exit_zero and any(f.severity == "error" for f in report.findings):
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(_normalize_argv(list(sys.argv[1:] if argv is None else argv)))
+    if args.command == "rules":
+        return cmd_rules()
+    if args.command == "rule":
+        return cmd_rule(args.code)
+    if args.command == "init":
+        return cmd_init(args.path)
+    return cmd_check(args)

@@ -1,0 +1,274 @@
+"""`.qlint.yaml`: discovery, parsing with line numbers, validation.
+
+Every error names the file, the line and the key, because a config error in CI
+is only cheap to fix when it points at the spot.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from qlint.catalog import load_catalog
+from qlint.findings import SEVERITIES
+
+CONFIG_NAME = ".qlint.yaml"
+CPUS = (
+    "cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m23",
+    "cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85",
+)
+CONSTANT_KINDS = ("parameter", "buffer", "constant", "literal")
+FOLD_DTYPES = ("int8", "int16")
+FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class ConfigError(Exception):
+    """A config problem, printed as `file:line: key: message`."""
+
+    def __init__(self, path: Path | str, line: int, key: str, message: str) -> None:
+        self.path, self.line, self.key, self.message = str(path), line, key, message
+        super().__init__(f"{path}:{line}: {key}: {message}")
+
+
+@dataclass(frozen=True)
+class FoldGuards:
+    constant_kinds: tuple[str, ...] = ("parameter", "buffer", "constant", "literal")
+    max_elements: int = 1
+    dtypes: tuple[str, ...] = ("int8",)
+    require_equal_qrange: bool = True
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    factory: str
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None = None
+    root: Path = field(default_factory=Path.cwd)
+    target_cpu: str = "cortex-m55"
+    include: tuple[str, ...] = ("**/*.pt2", "**/*.pte")
+    exclude: tuple[str, ...] = ()
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    severities: dict[str, str] = field(default_factory=dict)
+    coverage_threshold: float = 0.9
+    fold: FoldGuards = field(default_factory=FoldGuards)
+    targets: tuple[Target, ...] = ()
+
+    def severity(self, code: str) -> str:
+        """Effective severity: off when deselected, else the config's or the catalog's."""
+        if self.select and not any(code.startswith(s) for s in self.select):
+            return "off"
+        if any(code.startswith(s) for s in self.ignore):
+            return "off"
+        return self.severities.get(code) or load_catalog()[code].default_severity
+
+    def with_overrides(self, **changes: Any) -> "Config":
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def find_config(start: Path) -> Path | None:
+    for directory in (start.resolve(), *start.resolve().parents):
+        candidate = directory / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def check_selectors(selectors: tuple[str, ...], where: Callable[[str], ConfigError]) -> None:
+    codes = load_catalog()
+    for selector in selectors:
+        if not any(code.startswith(selector) for code in codes):
+            raise where(f"unknown rule code {selector!r} (known: {', '.join(codes)})")
+
+
+def load_config(path: Path | None) -> Config:
+    """Read and validate a config file; `None` gives the defaults."""
+    if path is None:
+        return Config()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(path, 0, "<file>", f"cannot read: {exc.strerror}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 0
+        raise ConfigError(path, line, "<yaml>", str(getattr(exc, "problem", exc))) from None
+    return _Parser(path).config(node)
+
+
+class _Parser:
+    """Walks the composed YAML node tree so each value keeps its line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def error(self, node: yaml.Node | None, key: str, message: str) -> ConfigError:
+        line = node.start_mark.line + 1 if node is not None else 1
+        return ConfigError(self.path, line, key, message)
+
+    def mapping(self, node: yaml.Node, key: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, key, "expected a mapping")
+        items = []
+        for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode):
+                raise self.error(k, key, "keys must be plain names")
+            items.append((k.value, k, v))
+        return items
+
+    def scalar(self, node: yaml.Node, key: str, kind: type) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.error(node, key, f"expected {kind.__name__}")
+        value = yaml.constructor.SafeConstructor().construct_object(node)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.error(node, key, f"expected {kind.__name__}, got {value!r}")
+        return value
+
+    def strings(self, node: yaml.Node, key: str) -> tuple[str, ...]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.error(node, key, "expected a list of strings")
+        return tuple(self.scalar(item, key, str) for item in node.value)
+
+    def choices(self, node: yaml.Node, key: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+        values = self.strings(node, key)
+        for item, value in zip(node.value, values):
+            if value not in allowed:
+                raise self.error(item, key, f"{value!r} is not one of {', '.join(allowed)}")
+        return values
+
+    def config(self, root: yaml.Node | None) -> Config:
+        config = Config(path=self.path, root=self.path.parent.resolve())
+        if root is None:
+            return config
+        changes: dict[str, Any] = {}
+        for key, knode, value in self.mapping(root, "<root>"):
+            handler = getattr(self, f"key_{key}", None)
+            if handler is None:
+                raise self.error(knode, key, "unknown key")
+            changes[key if key != "rules" else "severities"] = handler(value, key)
+        return replace(config, **changes)
+
+    def key_target_cpu(self, node: yaml.Node, key: str) -> str:
+        value = self.scalar(node, key, str)
+        if value not in CPUS:
+            raise self.error(node, key, f"{value!r} is not one of {', '.join(CPUS)}")
+        return value
+
+    def key_include(self, node: yaml.Node, key: str) -> tuple[str, ...]:
+        return self.strings(node, key)
+
+    key_exclude = key_include
+
+    def key_select(self, node: yaml.Node, key: str) -> tuple[str, ...]:
+        values = self.strings(node, key)
+        for item, value in zip(node.value, values):
+            check_selectors((value,), lambda m, item=item: self.error(item, key, m))
+        return values
+
+    key_ignore = key_select
+
+    def key_coverage_threshold(self, node: yaml.Node, key: str) -> float:
+        value = self.scalar(node, key, float)
+        if not 0.0 <= value <= 1.0:
+            raise self.error(node, key, f"must be between 0 and 1, got {value}")
+        return value
+
+    def key_rules(self, node: yaml.Node, key: str) -> dict[str, str]:
+        codes = load_catalog()
+        severities = {}
+        for code, knode, value in self.mapping(node, key):
+            if code not in codes:
+                raise self.error(knode, f"{key}.{code}", f"unknown rule code (known: {', '.join(codes)})")
+            severity = self.scalar(value, f"{key}.{code}", str)
+            if severity not in SEVERITIES:
+                raise self.error(value, f"{key}.{code}", f"{severity!r} is not one of {', '.join(SEVERITIES)}")
+            severities[code] = severity
+        return severities
+
+    def key_fold(self, node: yaml.Node, key: str) -> FoldGuards:
+        changes: dict[str, Any] = {}
+        for name, knode, value in self.mapping(node, key):
+            full = f"{key}.{name}"
+            if name == "constant_kinds":
+                changes[name] = self.choices(value, full, CONSTANT_KINDS)
+            elif name == "dtypes":
+                changes[name] = self.choices(value, full, FOLD_DTYPES)
+            elif name == "max_elements":
+                changes[name] = self.scalar(value, full, int)
+                if changes[name] < 1:
+                    raise self.error(value, full, "must be at least 1")
+            elif name == "require_equal_qrange":
+                changes[name] = self.scalar(value, full, bool)
+            else:
+                raise self.error(knode, full, "unknown key")
+        return replace(FoldGuards(), **changes)
+
+    def key_targets(self, node: yaml.Node, key: str) -> tuple[Target, ...]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.error(node, key, "expected a list of {name, factory} mappings")
+        targets = []
+        for item in node.value:
+            fields: dict[str, str] = {}
+            for name, knode, value in self.mapping(item, key):
+                if name not in ("name", "factory"):
+                    raise self.error(knode, f"{key}.{name}", "unknown key")
+                fields[name] = self.scalar(value, f"{key}.{name}", str)
+            if "factory" not in fields:
+                raise self.error(item, key, "a target needs `factory: package.module:function`")
+            if not FACTORY_RE.match(fields["factory"]):
+                raise self.error(item, f"{key}.factory", f"{fields['factory']!r} is not `package.module:function`")
+            name = fields.get("name") or fields["factory"].rsplit(":", 1)[1]
+            targets.append(Target(name=name, factory=fields["factory"], line=item.start_mark.line + 1))
+        return tuple(targets)
+
+
+DEFAULT_CONFIG = """\
+# qlint configuration: https://github.com/qlint/qlint#configuration
+# Cortex-M CPU to lower for: cortex-m0 ... cortex-m85.
+target_cpu: cortex-m55
+
+# Files checked when a directory is given (globs relative to this file's folder).
+include: ["**/*.pt2", "**/*.pte"]
+exclude: []
+
+# Rule selection, ruff-style: codes or code prefixes.
+# select: [QL001, QL002]
+# ignore: [QL005]
+
+# Per-rule severity: error | warning | info | off. Exit code 1 only for errors.
+rules:
+  QL001: error
+  QL002: warning
+  QL003: error
+  QL004: warning
+  QL005: warning
+
+# QL005 fires when the share of compute ops running as int kernels is below this.
+coverage_threshold: 0.9
+
+# Guards for folding an island (QL001/QL004); a blocked fold names its guard.
+fold:
+  constant_kinds: [parameter, buffer, constant, literal]  # where the constant may live
+  max_elements: 1              # elements in the constant (1 = scalar only)
+  dtypes: [int8]               # activation dtypes that may be folded (int8, int16)
+  require_equal_qrange: true   # input and output quantize must share dtype and clamp range
+
+# Model factories checked without artifacts: `package.module:function` returning
+# (module, example_inputs) or (module, example_inputs, calibration_inputs).
+targets: []
+#  - name: attention
+#    factory: models.attention:make_model
+"""

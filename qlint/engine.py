@@ -1,0 +1,138 @@
+"""Check inputs: collect artifacts, read them, lower them, run the rules."""
+
+from __future__ import annotations
+
+import fnmatch
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from qlint.config import Config, Target
+from qlint.findings import ArtifactStats, Finding, InputError, Report
+from qlint.readers import ReadError
+
+ARTIFACT_SUFFIXES = (".pt2", ".pte")
+
+
+@dataclass
+class Checked:
+    """One program after checking: what the rules found and what was lowered."""
+
+    findings: list[Finding]
+    stats: ArtifactStats
+    analysis: Any
+    lowered: Any | None       # the lowered ExportedProgram, when lowering worked
+    edge: Any | None          # the EdgeProgramManager it came from
+
+
+def _matches(rel: str, patterns: Iterable[str]) -> bool:
+    return any(
+        fnmatch.fnmatch(rel, p) or (p.startswith("**/") and fnmatch.fnmatch(rel, p[3:])) for p in patterns
+    )
+
+
+def collect(paths: list[Path], config: Config) -> tuple[list[Path], list[InputError]]:
+    """Files to check, in a stable order: explicit files as given, directories walked."""
+    files: list[Path] = []
+    errors: list[InputError] = []
+    for path in paths:
+        if path.is_dir():
+            for found in sorted(path.rglob("*")):
+                rel = found.relative_to(path).as_posix()
+                if found.is_file() and _matches(rel, config.include) and not _matches(rel, config.exclude):
+                    files.append(found)
+        elif path.exists():
+            files.append(path)
+        else:
+            errors.append(InputError(display(path), "no such file or directory"))
+    return files, errors
+
+
+def display(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def check_program(program: Any, artifact: str, config: Config, *, order: str = "repaired", verbose: bool = False) -> Checked:
+    """Lower one quantized ExportedProgram and run every rule on the result.
+
+    When lowering raises, the failure becomes a QL003 finding and the rules run
+    on the quantized program instead, so the islands are still reported.
+    """
+    from qlint.checks import FindingFactory, check
+    from qlint.graph_view import GraphView
+    from qlint.lowering import LoweringError, first_line, run_passes, to_edge
+
+    make = FindingFactory(artifact, config)
+    failure: Finding | None = None
+    edge = lowered = None
+    try:
+        edge = to_edge(program)
+        lowered = run_passes(edge.exported_program(), config.target_cpu, order).program
+        view = GraphView(lowered)
+    except LoweringError as exc:
+        node = exc.node
+        where = f" at node {node.name}" if node is not None else ""
+        message = f"Cortex-M lowering failed in {exc.pass_name}{where}: {first_line(exc.cause)}"
+        if verbose:
+            message += "\n" + "".join(traceback.format_exception(exc.cause))
+        failure = make.make("QL003", message, (node,) if node is not None else (), pass_name=exc.pass_name)
+        lowered = None
+        view = GraphView(program)
+    findings, stats, analysis = check(view, artifact, config)
+    if failure is not None:
+        findings.insert(0, failure)
+    return Checked(findings, stats, analysis, lowered, edge)
+
+
+def check_file(path: Path, config: Config, **options: Any) -> Report:
+    from qlint.readers import read_pt2
+
+    artifact = display(path)
+    report = Report()
+    try:
+        if path.suffix == ".pte":
+            from qlint.pte import check_pte
+
+            findings, stats = check_pte(path, artifact, config)
+            report.findings.extend(findings)
+            report.stats.append(stats)
+            return report
+        if path.suffix != ".pt2":
+            raise ReadError(f"unsupported file type {path.suffix or '(none)'!r}: expected .pt2 or .pte")
+        checked = check_program(read_pt2(path), artifact, config, **options)
+    except ReadError as exc:
+        report.errors.append(InputError(artifact, str(exc)))
+        return report
+    report.findings.extend(checked.findings)
+    report.stats.append(checked.stats)
+    return report
+
+
+def check_target(target: Target, config: Config, **options: Any) -> Report:
+    from qlint.quantize import quantize_target
+
+    artifact = f"target:{target.name}"
+    report = Report()
+    try:
+        program, _ = quantize_target(target, config.root)
+    except ReadError as exc:
+        report.errors.append(InputError(artifact, str(exc)))
+        return report
+    checked = check_program(program, artifact, config, **options)
+    report.findings.extend(checked.findings)
+    report.stats.append(checked.stats)
+    return report
+
+
+def run(paths: list[Path], targets: list[Target], config: Config, **options: Any) -> Report:
+    files, errors = collect(paths, config)
+    report = Report(errors=errors)
+    for path in files:
+        report.extend(check_file(path, config, **options))
+    for target in targets:
+        report.extend(check_target(target, config, **options))
+    return report

@@ -1,0 +1,101 @@
+"""Run an island on every integer its input can hold, with the graph's own ops.
+
+This is what makes "exact" checkable: for an island with one runtime input, the
+map from input integers to output integers is finite (256 values for int8,
+65536 for int16), so it can be computed completely rather than sampled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.fx import Node
+
+from qlint.graph_view import GraphView, Kind, base_name, op_name
+from qlint.islands import Island
+
+# Ops that act on each element alone: shape ops around them may be skipped when
+# evaluating on a flat vector of all input values.
+ELEMENTWISE = {
+    "div", "mul", "add", "sub", "rsub", "abs", "neg", "reciprocal", "sqrt", "rsqrt", "exp",
+    "log", "pow", "clamp", "clamp_min", "clamp_max", "relu", "sigmoid", "tanh", "hardtanh",
+    "minimum", "maximum", "square",
+}
+
+
+def all_values(dtype: torch.dtype) -> torch.Tensor:
+    info = torch.iinfo(dtype)
+    return torch.arange(info.min, info.max + 1, dtype=torch.int64).to(dtype)
+
+
+def runtime_input(view: GraphView, island: Island) -> Node | None:
+    """The island's only non-constant input, when it is a dequantize node."""
+    runtime = [n for n in island.inputs if view.kind(n) != Kind.CONSTANT]
+    if len(runtime) == 1 and view.kind(runtime[0]) == Kind.DEQUANTIZE:
+        return runtime[0]
+    return None
+
+
+def is_elementwise(island: Island) -> bool:
+    return all(base_name(op_name(n)) in ELEMENTWISE for n in island.compute)
+
+
+def _arg(view: GraphView, env: dict[Node, torch.Tensor], arg: Any) -> Any:
+    if isinstance(arg, Node):
+        if arg in env:
+            return env[arg]
+        constant = view.constant(arg)
+        if constant is None:
+            raise ValueError(f"operand {arg.name} is neither computed nor constant")
+        return constant.value
+    if isinstance(arg, (list, tuple)):
+        return type(arg)(_arg(view, env, a) for a in arg)
+    return arg
+
+
+def evaluate(view: GraphView, island: Island, dq: Node, values: torch.Tensor) -> dict[Node, torch.Tensor]:
+    """Integer outputs of each quantize consumer for the given input integers.
+
+    Only meaningful for elementwise islands: shape ops are treated as identity
+    on the flat vector of inputs.
+    """
+    env: dict[Node, torch.Tensor] = {dq: dq.target(values, *dq.args[1:], **dq.kwargs)}
+    for node in island.nodes:
+        if node not in island.compute:
+            env[node] = env[node.args[0]]
+            continue
+        args = _arg(view, env, node.args)
+        kwargs = {k: _arg(view, env, v) for k, v in node.kwargs.items()}
+        env[node] = node.target(*args, **kwargs)
+    results = {}
+    for out in island.outputs:
+        if view.kind(out) == Kind.QUANTIZE:
+            results[out] = out.target(env[out.args[0]].reshape(-1), *out.args[1:], **out.kwargs)
+    return results
+
+
+def identity_on_ints(view: GraphView, island: Island) -> bool | None:
+    """True when quantize(f(dequantize(q))) == q for every q of the input dtype.
+
+    None when the question does not apply (not one dequantized input, not
+    elementwise, or an output that is not a quantize of the same dtype).
+    """
+    dq = runtime_input(view, island)
+    if dq is None or not is_elementwise(island):
+        return None
+    qp_in = view.qparams(dq)
+    if qp_in is None or any(view.kind(o) != Kind.QUANTIZE for o in island.outputs):
+        return None
+    values = all_values(qp_in.dtype)
+    outputs = evaluate(view, island, dq, values)
+    return all(out.dtype == values.dtype and torch.equal(out, values) for out in outputs.values())
+
+
+def requantize_identity(view: GraphView, dq: Node, q: Node) -> bool | None:
+    qp_in, qp_out = view.qparams(dq), view.qparams(q)
+    if qp_in is None or qp_out is None or qp_in.dtype != qp_out.dtype:
+        return None
+    values = all_values(qp_in.dtype)
+    out = q.target(dq.target(values, *dq.args[1:]), *q.args[1:])
+    return bool(torch.equal(out, values))

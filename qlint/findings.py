@@ -1,0 +1,76 @@
+"""The Finding record every rule produces and every reporter consumes."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITIES = ("error", "warning", "info", "off")
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where in the user's model source a graph node was created."""
+
+    path: str
+    line: int
+    code: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: str
+    message: str
+    artifact: str
+    node: str = ""
+    location: Location | None = None
+    fixable: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["location"] = asdict(self.location) if self.location else None
+        return data
+
+
+@dataclass
+class ArtifactStats:
+    """Per-artifact numbers for the summary table."""
+
+    artifact: str
+    nodes: int = 0
+    int_kernels: int = 0
+    fp32_islands: int = 0
+    fp32_elements: int = 0
+    coverage: float = 1.0
+    lowered: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class InputError:
+    """A path or target that could not be read: reported in one line, exit code 2."""
+
+    artifact: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.artifact}: {self.message}"
+
+
+@dataclass
+class Report:
+    findings: list[Finding] = field(default_factory=list)
+    stats: list[ArtifactStats] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+
+    def extend(self, other: "Report") -> None:
+        self.findings.extend(other.findings)
+        self.stats.extend(other.stats)
+        self.errors.extend(other.errors)

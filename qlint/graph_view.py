@@ -1,0 +1,254 @@
+"""One view of a quantized graph, whichever dialect it is in.
+
+qlint reads two dialects: the quantized program (`quantized_decomposed` q/dq
+around aten ops, also after `to_edge`) and the lowered one (`cortex_m` kernels).
+Every rule works on the `Kind` this view assigns to each node, so the island
+logic exists once. The only dialect-specific question is "does this aten op run
+as an integer kernel?": the lowered graph answers it by dtype; the quantized
+graph by whether the Cortex-M lowering has a substitution for the op and the op
+sits between dequantize and quantize nodes.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import operator
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import torch
+from torch.fx import Node
+
+# Matched on `namespace.name`, whatever the overload (`.default`, `.out`, `.tensor`).
+QUANTIZE_OPS = {
+    "quantized_decomposed.quantize_per_tensor",
+    "quantized_decomposed.quantize_per_channel",
+    "cortex_m.quantize_per_tensor",
+}
+DEQUANTIZE_OPS = {
+    "quantized_decomposed.dequantize_per_tensor",
+    "quantized_decomposed.dequantize_per_channel",
+    "cortex_m.dequantize_per_tensor",
+}
+# Ops that only move or reinterpret data: part of an island when they carry
+# floats, not counted as compute for coverage.
+SHAPE_OPS = {
+    "view", "view_copy", "_unsafe_view", "reshape", "permute", "permute_copy", "transpose",
+    "transpose_copy", "t", "t_copy", "clone", "_clone_dim_order", "contiguous", "expand",
+    "expand_copy", "squeeze", "squeeze_copy", "unsqueeze", "unsqueeze_copy", "flatten",
+    "unflatten", "slice", "slice_copy", "select", "select_copy", "getitem", "alias",
+    "alias_copy", "detach", "_to_copy", "_to_dim_order_copy", "split", "split_copy",
+    "split_with_sizes_copy", "cat", "chunk", "identity",
+}
+IGNORED_FUNCTIONS = {"alloc", "_assert_tensor_metadata", "_assert_scalar"}
+
+
+class Kind(enum.Enum):
+    INPUT = "input"          # a runtime graph input
+    CONSTANT = "constant"    # a parameter, buffer or lifted constant
+    QUANTIZE = "quantize"
+    DEQUANTIZE = "dequantize"
+    INT_KERNEL = "int"       # compute that runs on integers
+    FP_COMPUTE = "fp32"      # compute that runs in float
+    SHAPE = "shape"          # data movement
+    OUTPUT = "output"
+    OTHER = "other"          # memory planning and asserts
+
+
+@dataclass(frozen=True)
+class QParams:
+    scale: float
+    zero_point: int
+    qmin: int
+    qmax: int
+    dtype: torch.dtype
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+    def __str__(self) -> str:
+        return f"{self.dtype_name}(scale={self.scale:.6g}, zp={self.zero_point}, range=[{self.qmin}, {self.qmax}])"
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A constant operand: where it lives, its FQN and its value."""
+
+    name: str
+    kind: str  # parameter | buffer | constant | literal
+    value: torch.Tensor
+
+    @property
+    def numel(self) -> int:
+        return self.value.numel()
+
+    def scalar(self) -> float | None:
+        """The single value, when every element is the same finite number."""
+        flat = self.value.detach().flatten().double()
+        if flat.numel() == 0 or not bool(torch.all(flat == flat[0])):
+            return None
+        value = float(flat[0])
+        return value if math.isfinite(value) else None
+
+    def __str__(self) -> str:
+        if self.numel == 1:
+            return f"{self.name}={float(self.value.flatten()[0]):.6g} ({self.kind})"
+        return f"{self.name} ({self.kind}, {self.numel} elements)"
+
+
+def op_name(node: Node) -> str:
+    """`aten.div.Tensor`, `cortex_m.softmax.default`, or a function name."""
+    target = node.target
+    if isinstance(target, str):
+        return target
+    inner = target if isinstance(target, torch._ops.OpOverload) else getattr(target, "_op", target)
+    if isinstance(inner, torch._ops.OpOverload):
+        return f"{inner.namespace}.{inner._opname}.{inner._overloadname}"
+    if target is operator.getitem:
+        return "getitem"
+    return getattr(target, "__name__", str(target))
+
+
+def packet(name: str) -> str:
+    """`cortex_m.quantize_per_tensor.default` -> `cortex_m.quantize_per_tensor`."""
+    return ".".join(name.split(".")[:2])
+
+
+def base_name(name: str) -> str:
+    """`aten.view_copy.default` -> `view_copy`."""
+    parts = name.split(".")
+    return parts[1] if len(parts) >= 3 else parts[-1]
+
+
+def output_value(node: Node) -> Any:
+    return node.meta.get("val")
+
+
+def is_float(node: Node) -> bool:
+    val = output_value(node)
+    if isinstance(val, (tuple, list)):
+        return any(isinstance(v, torch.Tensor) and v.is_floating_point() for v in val)
+    return isinstance(val, torch.Tensor) and val.is_floating_point()
+
+
+def numel(node: Node) -> int:
+    val = output_value(node)
+    if isinstance(val, (tuple, list)):
+        val = val[0] if val else None
+    if isinstance(val, torch.Tensor):
+        try:
+            return int(val.numel())
+        except Exception:  # symbolic shapes
+            return 0
+    return 0
+
+
+class GraphView:
+    """Kinds, qparams and constants for the nodes of one ExportedProgram."""
+
+    def __init__(self, program: Any) -> None:
+        self.program = program
+        self.graph = program.graph_module.graph
+        self.nodes: list[Node] = list(self.graph.nodes)
+        self.lowered = any(op_name(n).startswith("cortex_m.") for n in self.nodes)
+        self._kinds: dict[Node, Kind] = {}
+        for node in self.nodes:
+            self._kinds[node] = self._classify(node)
+
+    def kind(self, node: Node) -> Kind:
+        return self._kinds[node]
+
+    @cached_property
+    def _constant_fqns(self) -> dict[str, tuple[str, str]]:
+        sig = self.program.graph_signature
+        table: dict[str, tuple[str, str]] = {}
+        for name, fqn in sig.inputs_to_parameters.items():
+            table[name] = ("parameter", fqn)
+        for name, fqn in sig.inputs_to_buffers.items():
+            table[name] = ("buffer", fqn)
+        for name, fqn in sig.inputs_to_lifted_tensor_constants.items():
+            table[name] = ("constant", fqn)
+        return table
+
+    @cached_property
+    def _lowerable(self) -> set[str]:
+        """Base names of the aten ops the Cortex-M lowering substitutes."""
+        from executorch.backends.cortex_m.passes import AtenToCortexMPass
+
+        names = set()
+        for target in AtenToCortexMPass._DIALECT_SUBSTITUTIONS:
+            names.add(target._op._opname.lstrip("_"))  # keys are EdgeOpOverloads
+        return names
+
+    def _classify(self, node: Node) -> Kind:
+        if node.op == "placeholder":
+            return Kind.CONSTANT if node.name in self._constant_fqns else Kind.INPUT
+        if node.op == "get_attr":
+            return Kind.CONSTANT
+        if node.op == "output":
+            return Kind.OUTPUT
+        if node.op != "call_function":
+            return Kind.OTHER
+        name = op_name(node)
+        if packet(name) in QUANTIZE_OPS:
+            return Kind.QUANTIZE
+        if packet(name) in DEQUANTIZE_OPS:
+            return Kind.DEQUANTIZE
+        base = base_name(name)
+        if base in IGNORED_FUNCTIONS:
+            return Kind.OTHER
+        if base in SHAPE_OPS or packet(name) == "cortex_m.transpose":
+            return Kind.SHAPE
+        if not is_float(node):
+            return Kind.INT_KERNEL
+        if not self.lowered and self._predicted_int(node, base):
+            return Kind.INT_KERNEL
+        return Kind.FP_COMPUTE
+
+    def _predicted_int(self, node: Node, base: str) -> bool:
+        """In the quantized dialect: will the lowering turn this op into an int kernel?"""
+        if base.lstrip("_") not in self._lowerable:
+            return False
+        # Operands (args 0 and 1) must be dequantized; later tensor args such as a
+        # linear's bias may be plain constants.
+        operands = [a for a in node.args[:2] if isinstance(a, Node)]
+        extra = [a for a in node.all_input_nodes if a not in operands]
+        feeds_ok = bool(operands) and all(self._kinds.get(a) == Kind.DEQUANTIZE for a in operands)
+        feeds_ok = feeds_ok and all(self._kinds.get(a) in (Kind.DEQUANTIZE, Kind.CONSTANT) for a in extra)
+        users_ok = bool(node.users) and all(packet(op_name(u)) in QUANTIZE_OPS for u in node.users)
+        return feeds_ok and users_ok
+
+    def qparams(self, node: Node) -> QParams | None:
+        """Per-tensor qparams of a quantize/dequantize node with literal arguments."""
+        if self.kind(node) not in (Kind.QUANTIZE, Kind.DEQUANTIZE) or "per_tensor" not in op_name(node):
+            return None
+        if len(node.args) < 6:
+            return None
+        scale, zp, qmin, qmax, dtype = node.args[1:6]
+        if not isinstance(scale, (int, float)) or not isinstance(zp, int):
+            return None
+        return QParams(float(scale), int(zp), int(qmin), int(qmax), dtype)
+
+    def constant(self, arg: Any) -> Constant | None:
+        """The constant behind an operand: a lifted tensor, a get_attr or a literal."""
+        if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            return Constant(repr(arg), "literal", torch.tensor(float(arg)))
+        if not isinstance(arg, Node) or self.kind(arg) != Kind.CONSTANT:
+            return None
+        if arg.op == "get_attr":
+            value = getattr(self.program.graph_module, str(arg.target), None)
+            kind, fqn = "constant", str(arg.target)
+        else:
+            kind, fqn = self._constant_fqns[arg.name]
+            value = self.program.state_dict.get(fqn) if kind != "constant" else None
+            if value is None:
+                value = self.program.constants.get(fqn)
+        if not isinstance(value, torch.Tensor):
+            return None
+        return Constant(fqn, kind, value)
+
+    def location_meta(self, node: Node) -> str | None:
+        return node.meta.get("stack_trace")

@@ -1,0 +1,158 @@
+"""Render a Report: text, json, github, sarif, plus the summary table and statistics."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Callable
+
+from tabulate import tabulate
+
+from qlint import __version__
+from qlint.catalog import load_catalog
+from qlint.findings import Finding, Report
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def _where(f: Finding) -> str:
+    return f"{f.location}" if f.location else f.artifact
+
+
+def text(report: Report, *, quiet: bool = False, show_summary: bool = True) -> str:
+    lines = []
+    for f in report.findings:
+        fix = " [*]" if f.fixable else ""
+        head = f"{f.artifact}: {f.code}{fix} [{f.severity}] {f.message}"
+        lines.append(head)
+        if not quiet:
+            if f.location:
+                code = f"  {f.location.code}" if f.location.code else ""
+                lines.append(f"  --> {f.location}{code}")
+            if f.node:
+                lines.append(f"  node: {f.node}")
+    if show_summary and not quiet and report.stats:
+        lines.append("")
+        lines.append(summary_table(report, "simple"))
+    if not quiet:
+        lines.append("")
+        lines.append(totals(report))
+    return "\n".join(lines)
+
+
+def summary_table(report: Report, fmt: str = "simple") -> str:
+    rows = [
+        [s.artifact, s.nodes, s.int_kernels, s.fp32_islands, s.fp32_elements, f"{s.coverage:.0%}",
+         "yes" if s.lowered else "no (QL003)"]
+        for s in report.stats
+    ]
+    headers = ["artifact", "nodes", "int8 kernels", "fp32 islands", "fp32 elements", "coverage", "lowered"]
+    return tabulate(rows, headers=headers, tablefmt=fmt)
+
+
+def totals(report: Report) -> str:
+    by_severity = Counter(f.severity for f in report.findings)
+    fixable = sum(1 for f in report.findings if f.fixable)
+    if not report.findings:
+        text = "All checks passed."
+    else:
+        parts = ", ".join(f"{by_severity[s]} {s}" for s in ("error", "warning", "info") if by_severity[s])
+        text = f"Found {len(report.findings)} finding{'s' if len(report.findings) != 1 else ''} ({parts})."
+        if fixable:
+            text += f"\n[*] {fixable} fixable with `qlint check --fix`."
+    if report.errors:
+        text += f"\n{len(report.errors)} input{'s' if len(report.errors) != 1 else ''} could not be checked."
+    return text
+
+
+def statistics(report: Report) -> str:
+    catalog = load_catalog()
+    counts = Counter(f.code for f in report.findings)
+    fixable = {f.code for f in report.findings if f.fixable}
+    rows = [
+        [count, code, "[*]" if code in fixable else "", catalog[code].name]
+        for code, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    return tabulate(rows, tablefmt="plain")
+
+
+def as_json(report: Report) -> str:
+    return json.dumps(
+        {
+            "version": __version__,
+            "findings": [f.to_dict() for f in report.findings],
+            "artifacts": [s.to_dict() for s in report.stats],
+            "errors": [{"artifact": e.artifact, "message": e.message} for e in report.errors],
+        },
+        indent=2,
+    )
+
+
+def _gh_escape(value: str, prop: bool = False) -> str:
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if prop:
+        value = value.replace(":", "%3A").replace(",", "%2C")
+    return value
+
+
+def github(report: Report) -> str:
+    """GitHub workflow commands: one annotation per finding, on the model source line."""
+    catalog = load_catalog()
+    lines = []
+    for f in report.findings:
+        props = [f"file={_gh_escape(f.location.path if f.location else f.artifact, True)}"]
+        if f.location:
+            props.append(f"line={f.location.line}")
+        props.append(f"title={_gh_escape(f'{f.code} {catalog[f.code].name}', True)}")
+        lines.append(f"::{GITHUB_LEVEL[f.severity]} {','.join(props)}::{_gh_escape(f'{f.artifact}: {f.message}')}")
+    for e in report.errors:
+        lines.append(f"::error file={_gh_escape(e.artifact, True)},title=qlint::{_gh_escape(e.message)}")
+    return "\n".join(lines)
+
+
+def sarif(report: Report) -> str:
+    catalog = load_catalog()
+    codes = list(catalog)
+    rules = [
+        {
+            "id": r.code,
+            "name": r.name,
+            "shortDescription": {"text": r.summary.strip()},
+            "fullDescription": {"text": r.what_it_does.strip()},
+            "help": {"text": f"{r.why_it_matters.strip()}\n\nFix safety: {r.fix_safety.strip()}"},
+            "defaultConfiguration": {"level": SARIF_LEVEL.get(r.default_severity, "warning")},
+        }
+        for r in catalog.values()
+    ]
+    results = []
+    for f in report.findings:
+        location = {
+            "physicalLocation": {
+                "artifactLocation": {"uri": f.location.path if f.location else f.artifact},
+                **({"region": {"startLine": f.location.line}} if f.location else {}),
+            }
+        }
+        if f.node:
+            location["logicalLocations"] = [{"name": f.node, "kind": "function"}]
+        results.append({
+            "ruleId": f.code,
+            "ruleIndex": codes.index(f.code),
+            "level": SARIF_LEVEL[f.severity],
+            "message": {"text": f.message},
+            "locations": [location],
+            "properties": {"artifact": f.artifact, "fixable": f.fixable},
+        })
+    notifications = [
+        {"level": "error", "message": {"text": f"{e.artifact}: {e.message}"}} for e in report.errors
+    ]
+    run = {
+        "tool": {"driver": {"name": "qlint", "version": __version__, "informationUri": "https://github.com/qlint/qlint", "rules": rules}},
+        "results": results,
+        "invocations": [{"executionSuccessful": not report.errors, "toolExecutionNotifications": notifications}],
+    }
+    return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)
+
+
+FORMATS: dict[str, Callable[[Report], str]] = {"json": as_json, "github": github, "sarif": sarif}
