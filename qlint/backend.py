@@ -18,6 +18,7 @@ _QUIET = {
     "torch": logging.ERROR,
     "torch._subclasses.fake_tensor": logging.CRITICAL,
     "executorch": logging.ERROR,
+    "executorch.exir.pass_manager": logging.ERROR,  # "PassManager is deprecated" on every lowering
     "root": logging.ERROR,
 }
 
@@ -48,3 +49,5 @@ def load() -> None:
     # needs them; importing the ops module first is a circular import.
     import executorch.backends.cortex_m.quantizer.quantizer  # noqa: F401
     import executorch.backends.cortex_m.passes  # noqa: F401
+
+    quiet_logs(verbose)  # some executorch modules set their logger levels on import

@@ -61,8 +61,9 @@ class Analysis:
     reasons: dict[int, str] = field(default_factory=dict)                 # why not QL001
 
 
-def _is_operand_chain(arg: Any, inside: set[Node], dq: Node | None) -> bool:
-    return isinstance(arg, Node) and (arg in inside or arg is dq)
+def _is_runtime(view: GraphView, arg: Any, inside: set[Node]) -> bool:
+    """An operand computed at run time: inside the island or a non-constant input."""
+    return isinstance(arg, Node) and (arg in inside or view.kind(arg) != Kind.CONSTANT)
 
 
 def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland | str:
@@ -79,10 +80,12 @@ def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland 
         if base not in SCALE_OPS:
             continue
         lhs, rhs = node.args[0], node.args[1]
-        if base == "div" and not _is_operand_chain(lhs, inside, dq) and _is_operand_chain(rhs, inside, dq):
+        lhs_runtime, rhs_runtime = _is_runtime(view, lhs, inside), _is_runtime(view, rhs, inside)
+        if lhs_runtime and rhs_runtime:
+            return f"runtime (non-constant) operand {rhs.name} of {op_name(node)}"
+        if base == "div" and rhs_runtime:
             return f"constant-first operand ({op_name(node)} of a constant by the activation)"
-        chain_first = _is_operand_chain(lhs, inside, dq)
-        operand = rhs if chain_first else lhs
+        operand = rhs if lhs_runtime else lhs
         constant = view.constant(operand)
         if constant is None:
             name = operand.name if isinstance(operand, Node) else repr(operand)

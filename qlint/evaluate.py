@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from qlint.graph_view import GraphView, Kind, base_name, op_name
+from qlint.graph_view import GraphView, Kind, QParams, base_name, op_name
 from qlint.islands import Island
 
 # Ops that act on each element alone: shape ops around them may be skipped when
@@ -27,6 +27,11 @@ ELEMENTWISE = {
 def all_values(dtype: torch.dtype) -> torch.Tensor:
     info = torch.iinfo(dtype)
     return torch.arange(info.min, info.max + 1, dtype=torch.int64).to(dtype)
+
+
+def in_range(values: torch.Tensor, qp: QParams) -> torch.Tensor:
+    """The values a producer clamped to [qmin, qmax] can actually emit."""
+    return (values >= qp.qmin) & (values <= qp.qmax)
 
 
 def runtime_input(view: GraphView, island: Island) -> Node | None:
@@ -76,7 +81,11 @@ def evaluate(view: GraphView, island: Island, dq: Node, values: torch.Tensor) ->
 
 
 def identity_on_ints(view: GraphView, island: Island) -> bool | None:
-    """True when quantize(f(dequantize(q))) == q for every q of the input dtype.
+    """True when quantize(f(dequantize(q))) == q for every q the input can hold.
+
+    The island is run on every value of the input dtype; equality is required on
+    the values inside the input's [qmin, qmax] (an int16 range of [-32767, 32767]
+    never carries -32768).
 
     None when the question does not apply (not one dequantized input, not
     elementwise, or an output that is not a quantize of the same dtype).
@@ -88,8 +97,9 @@ def identity_on_ints(view: GraphView, island: Island) -> bool | None:
     if qp_in is None or any(view.kind(o) != Kind.QUANTIZE for o in island.outputs):
         return None
     values = all_values(qp_in.dtype)
+    mask = in_range(values, qp_in)
     outputs = evaluate(view, island, dq, values)
-    return all(out.dtype == values.dtype and torch.equal(out, values) for out in outputs.values())
+    return all(out.dtype == values.dtype and torch.equal(out[mask], values[mask]) for out in outputs.values())
 
 
 def requantize_identity(view: GraphView, dq: Node, q: Node) -> bool | None:
@@ -97,5 +107,6 @@ def requantize_identity(view: GraphView, dq: Node, q: Node) -> bool | None:
     if qp_in is None or qp_out is None or qp_in.dtype != qp_out.dtype:
         return None
     values = all_values(qp_in.dtype)
+    mask = in_range(values, qp_in)
     out = q.target(dq.target(values, *dq.args[1:]), *q.args[1:])
-    return bool(torch.equal(out, values))
+    return bool(torch.equal(out[mask], values[mask]))

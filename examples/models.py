@@ -1,0 +1,136 @@
+"""Small models that leave fp32 islands after Cortex-M lowering.
+
+Each `make_*` function is a qlint target factory: it returns the module, its
+example inputs and a few calibration batches.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def _batches(shapes: list[tuple[int, ...]], n: int = 4, seed: int = 0) -> list[tuple[torch.Tensor, ...]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randn(s, generator=generator) for s in shapes) for _ in range(n)]
+
+
+class ScaledAttention(nn.Module):
+    """softmax(q @ k^T / sqrt(d)) @ v on rank-3 inputs, scaled by div or mul."""
+
+    def __init__(self, dim: int = 16, op: str = "div") -> None:
+        super().__init__()
+        self.dim, self.op = dim, op
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        scores = torch.bmm(q, k.transpose(1, 2))
+        if self.op == "div":
+            scores = scores / math.sqrt(self.dim)
+        else:
+            scores = scores * (1.0 / math.sqrt(self.dim))
+        return torch.bmm(scores.softmax(-1), v)
+
+
+class MultiHeadAttention(nn.Module):
+    """Rank-4 multi-head attention with linear projections (matmul becomes bmm)."""
+
+    def __init__(self, dim: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.q, self.k, self.v, self.out = (nn.Linear(dim, dim) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q = self.q(x).reshape(b, n, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k(x).reshape(b, n, self.heads, self.head_dim).transpose(1, 2)
+        v = self.v(x).reshape(b, n, self.heads, self.head_dim).transpose(1, 2)
+        attn = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        out = attn.softmax(-1) @ v
+        return self.out(out.transpose(1, 2).reshape(b, n, c))
+
+
+class ScaleThenPool(nn.Module):
+    """A constant scale feeding an avg-pool, which shares its input's scale."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.avg_pool2d(torch.relu(x) / 4.0, 2)
+
+
+class ConstantFirst(nn.Module):
+    """`c / x`: the activation is the divisor, the constant the dividend."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("c", torch.tensor(2.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c / (torch.relu(x) + 0.5)
+
+
+class RuntimeDivisor(nn.Module):
+    """Divides by a value computed at run time from another input: not a constant."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) / y.abs().amax()
+
+
+class Norm(nn.Module):
+    """LayerNorm: a divide by sqrt(var) that depends on the data."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.proj, self.norm = nn.Linear(dim, dim), nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.proj(x))
+
+
+def make_attention() -> tuple:
+    shapes = [(1, 8, 16)] * 3
+    return ScaledAttention(16, "div"), _batches(shapes, 1)[0], _batches(shapes)
+
+
+def make_attention_mul() -> tuple:
+    shapes = [(1, 8, 16)] * 3
+    return ScaledAttention(16, "mul"), _batches(shapes, 1)[0], _batches(shapes)
+
+
+def make_multi_head() -> tuple:
+    torch.manual_seed(0)
+    shapes = [(1, 8, 16)]
+    return MultiHeadAttention(16, 2), _batches(shapes, 1)[0], _batches(shapes)
+
+
+def make_pool() -> tuple:
+    shapes = [(1, 4, 8, 8)]
+    return ScaleThenPool(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+def make_constant_first() -> tuple:
+    shapes = [(1, 8, 16)]
+    return ConstantFirst(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+def make_runtime_divisor() -> tuple:
+    shapes = [(1, 8, 16), (1, 8, 16)]
+    return RuntimeDivisor(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+def make_norm() -> tuple:
+    torch.manual_seed(0)
+    shapes = [(1, 8, 16)]
+    return Norm(16), _batches(shapes, 1)[0], _batches(shapes)
+
+
+class Scale(nn.Module):
+    """A lone constant scale between the input and output quantizers."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / 3.0
+
+
+def make_scale() -> tuple:
+    shapes = [(1, 8, 16)]
+    return Scale(), _batches(shapes, 1)[0], _batches(shapes)

@@ -1,0 +1,76 @@
+"""Session-wide programs: each model is exported and quantized once per test run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from qlint import backend  # noqa: E402
+
+backend.load()
+
+
+@pytest.fixture(scope="session")
+def quantized() -> Callable[..., Any]:
+    """`quantized("make_attention", int16=False)` -> a quantized ExportedProgram, cached."""
+    from examples import models, sam
+    from qlint.quantize import quantize
+
+    cache: dict[tuple[str, bool], Any] = {}
+
+    def get(name: str, int16: bool = False) -> Any:
+        if (name, int16) not in cache:
+            factory = getattr(sam if name == "make_two_way_transformer" else models, name)
+            model, example, calibration = factory()
+            config = None
+            if int16:
+                from executorch.backends.cortex_m.quantizer.quantization_configs import (
+                    INT16_PER_TENSOR_CONFIG,
+                )
+
+                config = INT16_PER_TENSOR_CONFIG
+            cache[(name, int16)] = quantize(model, example, calibration, config)
+        return cache[(name, int16)]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def pt2_dir(tmp_path_factory: pytest.TempPathFactory, quantized: Callable[..., Any]) -> Callable[[str], Path]:
+    """`pt2_dir("make_attention")` -> a .pt2 file saved with torch.export.save, cached."""
+    import torch
+
+    folder = tmp_path_factory.mktemp("pt2")
+
+    def get(name: str) -> Path:
+        path = folder / f"{name.removeprefix('make_')}.pt2"
+        if not path.exists():
+            torch.export.save(quantized(name), str(path))
+        return path
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def sam_pt2(pt2_dir: Callable[[str], Path]) -> Path:
+    return pt2_dir("make_two_way_transformer")
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from qlint.cli import main
+
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    code, out, _ = run_cli([*args, "--output-format", "json"], capsys)
+    return code, json.loads(out)

@@ -1,0 +1,135 @@
+"""The seed cases: real models, exported, quantized with CortexMQuantizer and lowered."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from qlint.config import Config, FoldGuards
+from qlint.engine import check_program
+
+
+def codes(findings: list[Any]) -> list[str]:
+    return [f.code for f in findings]
+
+
+def only(findings: list[Any], code: str) -> Any:
+    matching = [f for f in findings if f.code == code]
+    assert len(matching) == 1, [f.message for f in findings]
+    return matching[0]
+
+
+@pytest.mark.parametrize(
+    ("factory", "op", "value", "line_text"),
+    [
+        ("make_attention", "div", 4.0, "scores = scores / math.sqrt(self.dim)"),
+        ("make_attention_mul", "mul", 0.25, "scores = scores * (1.0 / math.sqrt(self.dim))"),
+        ("make_multi_head", "div", 8 ** 0.5, "attn = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
+    ],
+)
+def test_attention_scale_is_ql001(quantized: Callable[..., Any], factory: str, op: str, value: float, line_text: str) -> None:
+    checked = check_program(quantized(factory), factory, Config())
+    assert checked.lowered is not None, "qlint's lowering must handle attention"
+    finding = only(checked.findings, "QL001")
+    assert finding.severity == "error" and finding.fixable
+    assert finding.details["ops"] == [f"aten.{op}.Tensor"]
+    [constant] = finding.details["constants"]
+    assert constant["op"] == op and constant["value"] == pytest.approx(value, rel=1e-6)
+    assert constant["kind"] == "buffer"
+    assert finding.details["input_qparams"]["dtype"] == "int8"
+    assert finding.location.path == "examples/models.py"
+    assert finding.location.code == line_text
+    # The quantizer observed the post-scale range: output scale = input scale / factor.
+    qin, qout = finding.details["input_qparams"], finding.details["output_qparams"]
+    assert qout["scale"] == pytest.approx(qin["scale"] * finding.details["factor"], rel=1e-5)
+    assert qin["zero_point"] == qout["zero_point"]
+    assert finding.details["identity"] is True
+    assert "already an exact identity on int8 values" in finding.message
+
+
+def test_attention_softmax_requantize_is_ql004(quantized: Callable[..., Any]) -> None:
+    checked = check_program(quantized("make_attention"), "a", Config())
+    finding = only(checked.findings, "QL004")
+    assert finding.details["input_qparams"]["scale"] == pytest.approx(1 / 256)
+    assert finding.details["identity"] is False
+    assert "a rescale done in fp32" in finding.message
+
+
+def test_scale_feeding_pool_is_ql001_not_identity(quantized: Callable[..., Any]) -> None:
+    checked = check_program(quantized("make_pool"), "pool", Config())
+    finding = only(checked.findings, "QL001")
+    assert finding.details["identity"] is False
+    assert "not an identity on int8 values" in finding.message
+    assert finding.location.code == "return nn.functional.avg_pool2d(torch.relu(x) / 4.0, 2)"
+    # The pool itself lowered to an int kernel: it is not part of any island.
+    assert all("avg_pool" not in op for f in checked.findings for op in f.details.get("ops", []))
+
+
+def test_constant_first_operand_is_not_ql001(quantized: Callable[..., Any]) -> None:
+    checked = check_program(quantized("make_constant_first"), "cf", Config())
+    assert "QL001" not in codes(checked.findings)
+    finding = only(checked.findings, "QL002")
+    assert "constant-first operand" in finding.details["reason"]
+
+
+def test_runtime_divisor_is_not_ql001(quantized: Callable[..., Any]) -> None:
+    checked = check_program(quantized("make_runtime_divisor"), "rt", Config())
+    assert "QL001" not in codes(checked.findings)
+    finding = only(checked.findings, "QL002")
+    assert finding.details["reason"].startswith("runtime (non-constant) operand")
+    assert "aten.div.Tensor" in finding.details["ops"]
+
+
+def test_layer_norm_is_ql002_never_ql001(quantized: Callable[..., Any]) -> None:
+    checked = check_program(quantized("make_norm"), "norm", Config())
+    assert "QL001" not in codes(checked.findings)
+    finding = only(checked.findings, "QL002")
+    assert finding.details["reason"] == "data-dependent normalization (aten.native_layer_norm.default)"
+    assert finding.details["fp32_elements"] == 3 * 8 * 16  # dequantized input, output, getitem
+    assert finding.location.code == "return self.norm(self.proj(x))"
+
+
+def test_int16_scale_names_the_dtype_guard(quantized: Callable[..., Any]) -> None:
+    checked = check_program(quantized("make_scale", int16=True), "i16", Config())
+    finding = only(checked.findings, "QL001")
+    assert finding.details["input_qparams"]["dtype"] == "int16"
+    assert finding.details["blocked_by"] == ["fold.dtypes: int16 not in [int8]"]
+    assert not finding.fixable
+    assert "fold blocked by fold.dtypes" in finding.message
+    allowed = Config(fold=FoldGuards(dtypes=("int8", "int16")))
+    finding = only(check_program(quantized("make_scale", int16=True), "i16", allowed).findings, "QL001")
+    assert finding.details["blocked_by"] == [] and finding.fixable
+
+
+def test_constant_kind_guard(quantized: Callable[..., Any]) -> None:
+    config = Config(fold=FoldGuards(constant_kinds=("parameter",)))
+    finding = only(check_program(quantized("make_attention"), "a", config).findings, "QL001")
+    assert finding.details["blocked_by"] == ["fold.constant_kinds: buffer not in [parameter]"]
+
+
+def test_stock_lowering_crash_is_ql003_and_quantized_program_still_analysed(quantized: Callable[..., Any]) -> None:
+    checked = check_program(quantized("make_multi_head"), "mha", Config(), order="stock")
+    assert checked.lowered is None
+    failure = checked.findings[0]
+    assert failure.code == "QL003"
+    assert failure.details["pass_name"] == "ReplaceScalarWithTensorArgPass"
+    assert "expected scalar type torch.int8 but found torch.int32" in failure.message
+    assert failure.node.startswith("aten_bmm")
+    assert failure.location.code == "out = attn.softmax(-1) @ v"
+    assert "\n" not in failure.message
+    # The quantized program still yields the attention scale island.
+    scale = only(checked.findings, "QL001")
+    assert scale.location.code == "attn = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"
+    assert checked.stats.lowered is False
+
+
+def test_coverage_counts_int_kernels(quantized: Callable[..., Any]) -> None:
+    checked = check_program(quantized("make_multi_head"), "mha", Config())
+    finding = only(checked.findings, "QL005")
+    # 4 linears, 2 bmm, 1 softmax run as cortex_m kernels; the scale div does not.
+    assert finding.details["int_ops"] == 7
+    assert finding.details["fp32_ops"] == {"div": 1}
+    assert finding.details["coverage"] == pytest.approx(7 / 8)
+    relaxed = Config(coverage_threshold=0.8)
+    assert "QL005" not in codes(check_program(quantized("make_multi_head"), "mha", relaxed).findings)
