@@ -130,6 +130,8 @@ class _Parser:
     def scalar(self, node: yaml.Node, key: str, kind: type) -> Any:
         if not isinstance(node, yaml.ScalarNode):
             raise self.error(node, key, f"expected {kind.__name__}")
+        if kind is str:
+            return node.value  # raw text: YAML 1.1 would read `off` as False
         value = yaml.constructor.SafeConstructor().construct_object(node)
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)

@@ -61,6 +61,8 @@ def load_pte(path: Path) -> Any:
     if not path.exists():
         raise ReadError("no such file")
     data = path.read_bytes()
+    if len(data) < 8 or data[4:6] != b"ET":  # flatbuffer file identifier, e.g. "ET12"
+        raise ReadError("not a valid .pte program: no ExecuTorch file identifier")
     backend.load()
     from executorch.exir._serialize._program import deserialize_pte_binary
 
