@@ -52,7 +52,7 @@ class Target:
 @dataclass(frozen=True)
 class Config:
     path: Path | None = None
-    root: Path = field(default_factory=Path.cwd)
+    root: Path = field(default_factory=lambda: find_repo_root(Path.cwd()))
     target_cpu: str = "cortex-m55"
     include: tuple[str, ...] = ("**/*.pt2", "**/*.pte")
     exclude: tuple[str, ...] = ()
@@ -62,6 +62,11 @@ class Config:
     coverage_threshold: float = 0.9
     fold: FoldGuards = field(default_factory=FoldGuards)
     targets: tuple[Target, ...] = ()
+
+    @property
+    def base(self) -> Path:
+        """The config file's folder: target factories are imported relative to it."""
+        return self.path.parent.resolve() if self.path else Path.cwd()
 
     def severity(self, code: str) -> str:
         """Effective severity: off when deselected, else the config's or the catalog's."""
@@ -73,6 +78,15 @@ class Config:
 
     def with_overrides(self, **changes: Any) -> "Config":
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def find_repo_root(start: Path) -> Path:
+    """The enclosing git checkout, else `start`: source paths are shown relative to it."""
+    start = start.resolve()
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return start
 
 
 def find_config(start: Path) -> Path | None:
@@ -152,7 +166,7 @@ class _Parser:
         return values
 
     def config(self, root: yaml.Node | None) -> Config:
-        config = Config(path=self.path, root=self.path.parent.resolve())
+        config = Config(path=self.path, root=find_repo_root(self.path.parent))
         if root is None:
             return config
         changes: dict[str, Any] = {}

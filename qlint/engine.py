@@ -118,7 +118,7 @@ def check_target(target: Target, config: Config, **options: Any) -> Report:
     artifact = f"target:{target.name}"
     report = Report()
     try:
-        program, _ = quantize_target(target, config.root)
+        program, _ = quantize_target(target, config.base)
     except ReadError as exc:
         report.errors.append(InputError(artifact, str(exc)))
         return report

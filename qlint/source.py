@@ -56,6 +56,8 @@ def user_frame(stack_trace: str | None) -> tuple[str, int, str] | None:
 def display_path(path: str, root: Path) -> str:
     """Relative to the repo root when inside it, else relative to its sys.path entry."""
     p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()  # already relative to the repo (bundled examples)
     try:
         return p.resolve().relative_to(root.resolve()).as_posix()
     except (ValueError, OSError):

@@ -1,0 +1,25 @@
+"""The docs are rendered from the rule catalog and must not drift from it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_rules_page_is_rendered_from_the_catalog() -> None:
+    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "scripts" / "render_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (ROOT / "docs" / "rules.md").read_text(encoding="utf-8") == module.render(), (
+        "docs/rules.md is stale: run python scripts/render_docs.py"
+    )
+
+
+def test_readme_lists_every_rule() -> None:
+    from qlint.catalog import load_catalog
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for rule in load_catalog().values():
+        assert f"`{rule.code}`" in readme and rule.name in readme
