@@ -8,7 +8,6 @@ from typing import Any
 
 from torch.fx import Node
 
-from qlint.catalog import rule
 from qlint.config import Config
 from qlint.evaluate import identity_on_ints, requantize_identity, runtime_input
 from qlint.findings import ArtifactStats, Finding, Location
@@ -149,11 +148,10 @@ class FindingFactory:
                 return found
         return None
 
-    def make(self, code: str, message: str, nodes: tuple[Node, ...] = (), **details: Any) -> Finding | None:
+    def make(self, code: str, message: str, nodes: tuple[Node, ...] = (), fixable: bool = False, **details: Any) -> Finding | None:
         severity = self.config.severity(code)
         if severity == "off":
             return None
-        fixable = rule(code).fixable and not details.get("blocked_by")
         return Finding(
             code=code, severity=severity, message=message, artifact=self.artifact,
             node=nodes[0].name if nodes else "", location=self.location(*nodes),
@@ -165,7 +163,7 @@ def _scale_text(scale: ScaleIsland) -> str:
     return " ".join(f"{'/' if s.op == 'div' else '*'} {s.constant}" for s in scale.steps)
 
 
-def scale_finding(make: FindingFactory, scale: ScaleIsland, view: GraphView) -> Finding | None:
+def scale_finding(make: FindingFactory, scale: ScaleIsland, view: GraphView, fixable: bool) -> Finding | None:
     identity = identity_on_ints(view, scale.island)
     blocked = blocked_guards(scale, make.config)
     elements = fp32_elements(view, scale.island)
@@ -180,7 +178,7 @@ def scale_finding(make: FindingFactory, scale: ScaleIsland, view: GraphView) -> 
     if blocked:
         message += f"; fold blocked by {'; '.join(blocked)}"
     return make.make(
-        "QL001", message, (scale.island.anchor, *scale.island.nodes),
+        "QL001", message, (scale.island.anchor, *scale.island.nodes), fixable,
         ops=scale.island.ops, constants=[
             {"name": s.constant.name, "kind": s.constant.kind, "value": s.value, "op": s.op}
             for s in scale.steps
@@ -190,22 +188,22 @@ def scale_finding(make: FindingFactory, scale: ScaleIsland, view: GraphView) -> 
     )
 
 
-def island_finding(make: FindingFactory, island: Island, reason: str, view: GraphView) -> Finding | None:
+def island_finding(make: FindingFactory, island: Island, reason: str, view: GraphView, fixable: bool) -> Finding | None:
     elements = fp32_elements(view, island)
     ops = ", ".join(island.ops)
     return make.make(
         "QL002", f"fp32 island ({ops}), {elements} fp32 elements per inference: {reason}",
-        (island.anchor, *island.nodes), ops=island.ops, fp32_elements=elements, reason=reason,
+        (island.anchor, *island.nodes), fixable, ops=island.ops, fp32_elements=elements, reason=reason,
     )
 
 
-def requantize_finding(make: FindingFactory, view: GraphView, dq: Node, q: Node) -> Finding | None:
+def requantize_finding(make: FindingFactory, view: GraphView, dq: Node, q: Node, fixable: bool) -> Finding | None:
     qp_in, qp_out = view.qparams(dq), view.qparams(q)
     identity = requantize_identity(view, dq, q)
     kind = "an identity" if identity else "a rescale"
     return make.make(
         "QL004", f"dequantize -> quantize with nothing between ({kind} done in fp32): {qp_in} -> {qp_out}",
-        (q, dq, *dq.all_input_nodes), identity=bool(identity),
+        (q, dq, *dq.all_input_nodes), fixable, identity=bool(identity),
         input_qparams=_qp_dict(qp_in), output_qparams=_qp_dict(qp_out),
     )
 
@@ -218,16 +216,21 @@ def _qp_dict(qp: QParams | None) -> dict[str, Any] | None:
 
 def check(view: GraphView, artifact: str, config: Config) -> tuple[list[Finding], ArtifactStats, Analysis]:
     """Run every rule on one program."""
+    from qlint.folds import plan
+
     make = FindingFactory(artifact, config)
     analysis = analyse(view, config)
+    # A finding is fixable exactly when `--fix` has a proven fold for it.
+    foldable = {fold.anchor for fold in plan(analysis, config)[0]}
     findings: list[Finding | None] = []
     for index, island in enumerate(analysis.islands):
+        fixable = island.anchor in foldable
         if index in analysis.scale_islands:
-            findings.append(scale_finding(make, analysis.scale_islands[index], view))
+            findings.append(scale_finding(make, analysis.scale_islands[index], view, fixable))
         else:
-            findings.append(island_finding(make, island, analysis.reasons[index], view))
+            findings.append(island_finding(make, island, analysis.reasons[index], view, fixable))
     for dq, q in requantize_pairs(view):
-        findings.append(requantize_finding(make, view, dq, q))
+        findings.append(requantize_finding(make, view, dq, q, q in foldable))
     cov = coverage(view)
     if cov.ratio < config.coverage_threshold:
         listed = ", ".join(f"{name} x{count}" for name, count in cov.fp32_ops.most_common())

@@ -13,7 +13,7 @@ from pathlib import Path
 from qlint import __version__
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-COMMANDS = ("check", "rule", "rules", "init")
+COMMANDS = ("check", "fix", "rule", "rules", "init")
 OUTPUT_FORMATS = ("text", "json", "github", "sarif")
 
 
@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--lowering", choices=("repaired", "stock"), default="repaired",
                        help="pass order: qlint's repaired order (default) or ExecuTorch's stock order")
     check.add_argument("--targets-only", action="store_true", help="check only the config's targets")
+    check.add_argument("--fix", action="store_true",
+                       help="fold the islands that have a proven exact fold and write a verified <name>.pte")
+    check.add_argument("--diff", action="store_true", help="with --fix: print what each fold would change, write nothing")
+    check.add_argument("--output-dir", type=Path, help="with --fix: write .pte files here instead of next to each input")
     check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
     check.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks and framework logs")
 
@@ -61,6 +65,8 @@ def _normalize_argv(argv: list[str]) -> list[str]:
         return argv
     if not argv or argv[0] not in COMMANDS:
         return ["check", *argv]
+    if argv[0] == "fix":  # `qlint fix` is `qlint check --fix`
+        return ["check", "--fix", *argv[1:]]
     return argv
 
 
@@ -124,7 +130,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         paths, targets = list(args.paths), []
     else:
         paths, targets = [Path(".")], list(config.targets)
-    report = engine.run(paths, targets, config, order=args.lowering, verbose=args.verbose)
+    fix = None
+    if args.fix or args.diff:
+        if args.output_dir is not None and not args.output_dir.is_dir():
+            print(f"qlint: error: --output-dir {args.output_dir}: not a directory", file=sys.stderr)
+            return EXIT_ERROR
+        fix = engine.FixOptions(output_dir=args.output_dir, dry_run=args.diff)
+    report = engine.run(paths, targets, config, fix, order=args.lowering, verbose=args.verbose)
 
     for error in report.errors:
         print(f"qlint: error: {error}", file=sys.stderr)

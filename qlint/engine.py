@@ -88,12 +88,46 @@ def check_program(program: Any, artifact: str, config: Config, *, order: str = "
     return Checked(findings, stats, analysis, lowered, edge)
 
 
-def check_file(path: Path, config: Config, **options: Any) -> Report:
-    from qlint.readers import read_pt2
+@dataclass
+class FixOptions:
+    output_dir: Path | None = None
+    dry_run: bool = False
+
+
+def fix_into(report: Report, program: Any, artifact: str, destination: Path, inputs: list[tuple[Any, ...]],
+             config: Config, fix: FixOptions, **options: Any) -> None:
+    """Fix one program and write its .pte atomically; on any failure write nothing."""
+    from qlint.fix import FixError, VerificationError, fix_program
+    from qlint.output import write_atomic
+
+    try:
+        result = fix_program(program, artifact, config, inputs, order=options.get("order", "repaired"), dry_run=fix.dry_run)
+    except FixError as exc:
+        report.errors.append(InputError(artifact, str(exc)))
+        return
+    except VerificationError as exc:
+        report.errors.append(InputError(artifact, f"fix failed verification, nothing written: {exc}"))
+        return
+    if result.pte is not None:
+        try:
+            write_atomic(destination, result.pte)
+        except OSError as exc:
+            report.errors.append(InputError(artifact, f"cannot write {display(destination)}: {exc.strerror or exc}"))
+            return
+        result.summary.output = display(destination)
+    report.findings.extend(result.findings)
+    report.stats.append(result.stats)
+    report.fixes.append(result.summary)
+
+
+def check_file(path: Path, config: Config, fix: FixOptions | None = None, **options: Any) -> Report:
+    from qlint.readers import read_pt2, sample_inputs
 
     artifact = display(path)
     report = Report()
     try:
+        if path.suffix == ".pte" and fix is not None:
+            raise ReadError(".pte files can be checked but not fixed: fix the .pt2 it came from")
         if path.suffix == ".pte":
             from qlint.pte import check_pte
 
@@ -103,7 +137,14 @@ def check_file(path: Path, config: Config, **options: Any) -> Report:
             return report
         if path.suffix != ".pt2":
             raise ReadError(f"unsupported file type {path.suffix or '(none)'!r}: expected .pt2 or .pte")
-        checked = check_program(read_pt2(path), artifact, config, **options)
+        program = read_pt2(path)
+        if fix is not None:
+            from qlint.fix import output_path, verification_inputs
+
+            inputs = verification_inputs(sample_inputs(program))
+            fix_into(report, program, artifact, output_path(path.parent, path.stem, fix.output_dir), inputs, config, fix, **options)
+            return report
+        checked = check_program(program, artifact, config, **options)
     except ReadError as exc:
         report.errors.append(InputError(artifact, str(exc)))
         return report
@@ -112,15 +153,21 @@ def check_file(path: Path, config: Config, **options: Any) -> Report:
     return report
 
 
-def check_target(target: Target, config: Config, **options: Any) -> Report:
+def check_target(target: Target, config: Config, fix: FixOptions | None = None, **options: Any) -> Report:
     from qlint.quantize import quantize_target
 
     artifact = f"target:{target.name}"
     report = Report()
     try:
-        program, _ = quantize_target(target, config.base)
+        program, example, calibration = quantize_target(target, config.base)
     except ReadError as exc:
         report.errors.append(InputError(artifact, str(exc)))
+        return report
+    if fix is not None:
+        from qlint.fix import output_path, verification_inputs
+
+        destination = output_path(config.base, target.name, fix.output_dir)
+        fix_into(report, program, artifact, destination, verification_inputs(example, calibration or []), config, fix, **options)
         return report
     checked = check_program(program, artifact, config, **options)
     report.findings.extend(checked.findings)
@@ -128,11 +175,11 @@ def check_target(target: Target, config: Config, **options: Any) -> Report:
     return report
 
 
-def run(paths: list[Path], targets: list[Target], config: Config, **options: Any) -> Report:
+def run(paths: list[Path], targets: list[Target], config: Config, fix: FixOptions | None = None, **options: Any) -> Report:
     files, errors = collect(paths, config)
     report = Report(errors=errors)
     for path in files:
-        report.extend(check_file(path, config, **options))
+        report.extend(check_file(path, config, fix, **options))
     for target in targets:
-        report.extend(check_target(target, config, **options))
+        report.extend(check_target(target, config, fix, **options))
     return report

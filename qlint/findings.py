@@ -65,12 +65,35 @@ class InputError:
 
 
 @dataclass
+class FixSummary:
+    """What `--fix` did to one artifact (or, with `--diff`, would do)."""
+
+    artifact: str
+    folds: list[dict[str, Any]] = field(default_factory=list)    # code, node, kind, change
+    left: list[dict[str, Any]] = field(default_factory=list)     # code, node, reason
+    islands_found: int = 0
+    fp32_ops: tuple[int, int] = (0, 0)              # before, after
+    fp32_elements: tuple[int, int] = (0, 0)
+    activation_bytes: tuple[int, int] = (0, 0)      # planned (non_const_buffer_sizes)
+    pte_bytes: int = 0
+    lowering_repair: bool = False
+    verified_inputs: int = 0
+    output: str | None = None
+    dry_run: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
 class Report:
     findings: list[Finding] = field(default_factory=list)
     stats: list[ArtifactStats] = field(default_factory=list)
     errors: list[InputError] = field(default_factory=list)
+    fixes: list[FixSummary] = field(default_factory=list)
 
     def extend(self, other: "Report") -> None:
         self.findings.extend(other.findings)
         self.stats.extend(other.stats)
         self.errors.extend(other.errors)
+        self.fixes.extend(other.fixes)

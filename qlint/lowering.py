@@ -125,3 +125,29 @@ def run_passes(edge_program: Any, cpu: str = "cortex-m55", order: str = "repaire
             raise LoweringError(pass_cls.__name__, node, exc) from exc
         names.append(pass_cls.__name__)
     return Lowered(lift_constant_tensor_pass(program), names)
+
+
+def needs_repair(program: Any) -> bool:
+    """Whether the stock pass order would hit the linear -> ... -> bmm crash.
+
+    The crash needs an `aten.linear` whose output reaches a batch matmul
+    through shape ops and quantize/dequantize nodes only.
+    """
+    from qlint.graph_view import SHAPE_OPS, base_name, op_name
+
+    passthrough = SHAPE_OPS | {"quantize_per_tensor", "dequantize_per_tensor"}
+    for node in program.graph.nodes:
+        if node.op != "call_function" or base_name(op_name(node)) != "linear":
+            continue
+        frontier, seen = list(node.users), set()
+        while frontier:
+            user = frontier.pop()
+            if user in seen:
+                continue
+            seen.add(user)
+            base = base_name(op_name(user)) if user.op == "call_function" else ""
+            if base in ("bmm", "matmul"):
+                return True
+            if base in passthrough:
+                frontier.extend(user.users)
+    return False

@@ -63,10 +63,11 @@ def call_factory(target: Target, root: Path) -> tuple[Any, tuple[Any, ...], list
     return model, example, calibration
 
 
-def quantize_target(target: Target, root: Path) -> tuple[Any, tuple[Any, ...]]:
+def quantize_target(target: Target, root: Path) -> tuple[Any, tuple[Any, ...], list[tuple[Any, ...]] | None]:
+    """The quantized program, its example inputs and its calibration batches."""
     model, example, calibration = call_factory(target, root)
     try:
-        return quantize(model, example, calibration), example
+        return quantize(model, example, calibration), example, calibration
     except Exception as exc:
         from qlint.lowering import first_line
 

@@ -10,7 +10,7 @@ from tabulate import tabulate
 
 from qlint import __version__
 from qlint.catalog import load_catalog
-from qlint.findings import Finding, Report
+from qlint.findings import Finding, FixSummary, Report
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -33,6 +33,8 @@ def text(report: Report, *, quiet: bool = False, show_summary: bool = True) -> s
                 lines.append(f"  --> {f.location}{code}")
             if f.node:
                 lines.append(f"  node: {f.node}")
+    for fix in report.fixes:
+        lines.extend(fix_lines(fix))
     if show_summary and not quiet and report.stats:
         lines.append("")
         lines.append(summary_table(report, "simple"))
@@ -40,6 +42,27 @@ def text(report: Report, *, quiet: bool = False, show_summary: bool = True) -> s
         lines.append("")
         lines.append(totals(report))
     return "\n".join(lines)
+
+
+def fix_lines(fix: FixSummary) -> list[str]:
+    verb = "would fold" if fix.dry_run else "folded"
+    head = f"{fix.artifact}: {'--diff' if fix.dry_run else 'fixed'}"
+    if fix.output:
+        head += f" -> {fix.output} ({fix.pte_bytes} bytes, verified bit-exact on {fix.verified_inputs} inputs)"
+    lines = [head]
+    lines.append(f"  islands: {fix.islands_found} found, "
+                 f"{sum(1 for f in fix.folds if f['code'] != 'QL004')} {verb}, "
+                 f"{sum(1 for f in fix.left if f['code'] != 'QL004')} left")
+    for fold in fix.folds:
+        lines.append(f"  {verb} {fold['code']} at {fold['node']}: {fold['change']}")
+    for item in fix.left:
+        lines.append(f"  left {item['code']} at {item['node']}: {item['reason']}")
+    if not fix.dry_run:
+        (ops0, ops1), (el0, el1), (mem0, mem1) = fix.fp32_ops, fix.fp32_elements, fix.activation_bytes
+        lines.append(f"  fp32 ops {ops0} -> {ops1}; fp32 elements per inference {el0} -> {el1}; "
+                     f"planned activation memory {mem0} -> {mem1} bytes")
+    lines.append(f"  lowering repair: {'needed (linear feeding a batch matmul)' if fix.lowering_repair else 'not needed'}")
+    return lines
 
 
 def summary_table(report: Report, fmt: str = "simple") -> str:
@@ -85,6 +108,7 @@ def as_json(report: Report) -> str:
             "findings": [f.to_dict() for f in report.findings],
             "artifacts": [s.to_dict() for s in report.stats],
             "errors": [{"artifact": e.artifact, "message": e.message} for e in report.errors],
+            "fixes": [f.to_dict() for f in report.fixes],
         },
         indent=2,
     )

@@ -1,0 +1,217 @@
+"""Apply proven folds to a lowered program, verify it end to end, and emit a .pte.
+
+Graph rewriting stays in small functions over nodes; nothing here decides
+whether a fold is exact (that is `qlint.folds`), and nothing is written unless
+the folded program reproduces the unfolded one's outputs bit for bit.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch.fx import Node
+
+from qlint.checks import Analysis
+from qlint.config import Config
+from qlint.findings import ArtifactStats, Finding, FixSummary
+from qlint.folds import Fold, plan
+from qlint.graph_view import GraphView, Kind
+from qlint.islands import fp32_elements, requantize_pairs
+
+
+class VerificationError(Exception):
+    """The folded program's outputs differ from the unfolded program's."""
+
+
+def _erase_if_dead(program: Any, nodes: Sequence[Node]) -> None:
+    from executorch.backends.transforms.utils import delete_constant_placeholder
+
+    graph = program.graph_module.graph
+    pending = list(nodes)
+    while pending:
+        node = pending.pop()
+        if node.graph is not graph or node.users or node.op == "output":
+            continue
+        inputs = node.all_input_nodes
+        if node.op == "placeholder":
+            if node.name in program.graph_signature.inputs_to_parameters or \
+               node.name in program.graph_signature.inputs_to_buffers or \
+               node.name in program.graph_signature.inputs_to_lifted_tensor_constants:
+                delete_constant_placeholder(program, node)
+            continue
+        graph.erase_node(node)
+        pending.extend(inputs)
+
+
+def _lut_node(program: Any, anchor: Node, name: str, lut: torch.Tensor) -> Node:
+    from executorch.backends.transforms.utils import create_constant_placeholder
+    from torch.export.graph_signature import InputKind
+
+    graph = program.graph_module.graph
+    first = next(n for n in graph.nodes if n.op == "placeholder")
+    with graph.inserting_before(first):
+        return create_constant_placeholder(program, graph, name, InputKind.PARAMETER, lut)
+
+
+def apply(program: Any, fold: Fold) -> None:
+    """Rewrite one fold into the program's graph."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    graph = program.graph_module.graph
+    producer = fold.dq.args[0]
+    for out in fold.outputs:
+        if fold.kind == "identity":
+            replacement = producer
+        elif fold.kind == "table":
+            lut = _lut_node(program, out, f"{out.name}_qlint_lut", fold.luts[out])
+            with graph.inserting_before(out):
+                replacement = graph.call_function(
+                    exir_ops.edge.cortex_m.quantized_activation.default, (producer, lut)
+                )
+        else:
+            with graph.inserting_before(out):
+                replacement = graph.call_function(out.target, (fold.dq, fold.scale, *out.args[2:]))
+        if replacement is not producer:
+            replacement.meta = {k: v for k, v in out.meta.items() if k in ("val", "tensor_meta")}
+            replacement.meta["stack_trace"] = fold.anchor.meta.get("stack_trace")
+        out.replace_all_uses_with(replacement)
+    _erase_if_dead(program, [*fold.outputs, *reversed(fold.removed), fold.dq])
+
+
+def run_program(program: Any, inputs: Sequence[tuple[Any, ...]]) -> list[list[torch.Tensor]]:
+    module = program.module()
+    with torch.no_grad():
+        return [[o for o in _flatten(module(*batch))] for batch in inputs]
+
+
+def _flatten(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flatten(v)]
+    return []
+
+
+def verification_inputs(example: tuple[Any, ...] | None, extra: Sequence[tuple[Any, ...]] = (), seeds: int = 8) -> list[tuple[Any, ...]]:
+    """The artifact's own inputs plus `seeds` seeded random batches of the same shapes."""
+    batches = [b for b in ([example] if example else []) + list(extra)]
+    if not batches:
+        return []
+    template = batches[0]
+    for seed in range(seeds):
+        generator = torch.Generator().manual_seed(seed)
+        batches.append(tuple(
+            torch.randn(t.shape, generator=generator, dtype=t.dtype) * 2 if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+            for t in template
+        ))
+    return batches
+
+
+def compare(before: list[list[torch.Tensor]], after: list[list[torch.Tensor]]) -> None:
+    for batch, (b_outs, a_outs) in enumerate(zip(before, after)):
+        if len(b_outs) != len(a_outs):
+            raise VerificationError(f"input {batch}: {len(b_outs)} outputs before, {len(a_outs)} after")
+        for index, (b, a) in enumerate(zip(b_outs, a_outs)):
+            if b.shape != a.shape or b.dtype != a.dtype or not torch.equal(b, a):
+                raise VerificationError(f"output {index} differs on verification input {batch}")
+
+
+def to_pte(program: Any) -> tuple[bytes, int]:
+    """Serialize a lowered program (a copy: to_executorch rewrites in place); bytes and planned activation memory."""
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.exir import EdgeProgramManager
+
+    manager = EdgeProgramManager({"forward": copy.deepcopy(program)}, compile_config=cortex_m_edge_compile_config())
+    executorch = manager.to_executorch()
+    plan_ = executorch.executorch_program.execution_plan[0]
+    return executorch.buffer, int(sum(plan_.non_const_buffer_sizes))
+
+
+def fp32_totals(view: GraphView, analysis: Analysis) -> tuple[int, int]:
+    ops = sum(1 for n in view.nodes if view.kind(n) == Kind.FP_COMPUTE)
+    ops += len(requantize_pairs(view))
+    elements = sum(fp32_elements(view, i) for i in analysis.islands)
+    return ops, elements
+
+
+class FixError(Exception):
+    """The artifact cannot be fixed: one line, nothing written."""
+
+
+@dataclass
+class FixResult:
+    summary: FixSummary
+    findings: list[Finding]     # what remains after fixing
+    stats: ArtifactStats
+    pte: bytes | None           # None for a dry run
+
+
+def fix_program(
+    program: Any,
+    artifact: str,
+    config: Config,
+    inputs: Sequence[tuple[Any, ...]],
+    *,
+    order: str = "repaired",
+    dry_run: bool = False,
+) -> FixResult:
+    """Lower, fold every island that has a proven fold, verify, and serialize.
+
+    Raises FixError when the program does not lower or the folded program's
+    outputs differ from the unfolded one's on any verification input.
+    """
+    from qlint.checks import check
+    from qlint.engine import check_program
+    from qlint.lowering import needs_repair
+
+    checked = check_program(program, artifact, config, order=order)
+    if checked.lowered is None:
+        raise FixError(f"cannot fix: {checked.findings[0].message}")
+    if not inputs and not dry_run:
+        raise FixError("cannot verify a fix without inputs: the program carries no sample inputs")
+    lowered = checked.lowered
+    folds, left = plan(checked.analysis, config)
+    summary = FixSummary(
+        artifact=artifact,
+        folds=[{"code": f.code, "node": f.anchor.name, "kind": f.kind, "change": f.describe()} for f in folds],
+        left=[{"code": item.code, "node": item.anchor.name, "reason": item.reason} for item in left],
+        islands_found=len(checked.analysis.islands),
+        lowering_repair=order == "repaired" and needs_repair(program),
+        dry_run=dry_run,
+    )
+    ops_before, elements_before = fp32_totals(checked.analysis.view, checked.analysis)
+    if dry_run:
+        summary.fp32_ops = (ops_before, ops_before)
+        summary.fp32_elements = (elements_before, elements_before)
+        return FixResult(summary, checked.findings, checked.stats, None)
+    _, memory_before = to_pte(lowered)
+    try:
+        reference = run_program(lowered, inputs)
+    except Exception as exc:  # the inputs do not fit the program
+        from qlint.lowering import first_line
+
+        raise FixError(f"cannot run the lowered program on its inputs: {first_line(exc)}") from None
+    for fold in folds:
+        apply(lowered, fold)
+    lowered.graph_module.graph.lint()
+    lowered.graph_module.recompile()
+    compare(reference, run_program(lowered, inputs))
+    view = GraphView(lowered)
+    findings, stats, analysis = check(view, artifact, config)
+    ops_after, elements_after = fp32_totals(view, analysis)
+    pte, memory_after = to_pte(lowered)
+    summary.fp32_ops = (ops_before, ops_after)
+    summary.fp32_elements = (elements_before, elements_after)
+    summary.activation_bytes = (memory_before, memory_after)
+    summary.pte_bytes = len(pte)
+    summary.verified_inputs = len(inputs)
+    return FixResult(summary, findings, stats, pte)
+
+
+def output_path(folder: Path, name: str, output_dir: Path | None) -> Path:
+    """`<name>.pte` next to the input, or in --output-dir."""
+    return (output_dir or folder) / f"{name}.pte"

@@ -1,0 +1,187 @@
+"""Decide how an island or requantize pair can be folded, and prove the fold exact.
+
+Three folds, each proven on every value of the input dtype before it is offered:
+
+- identity: quantize(f(dequantize(q))) == q, so the island is deleted;
+- table (int8): the island is an int8 -> int8 function of one input, so its
+  256-entry table, computed with the graph's own ops, replaces it as one
+  `cortex_m.quantized_activation`;
+- rescale (int16): a constant scale c folds into the output quantize scale
+  (S*c for div, S/c for mul) when that gives the same integers for all 65536
+  inputs; a resulting identity is then deleted.
+
+Planning only reads the graph; `qlint.fix` applies the plans.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+from torch.fx import Node
+
+from qlint.config import Config
+from qlint.evaluate import all_values, evaluate, in_range, is_elementwise, runtime_input
+from qlint.graph_view import GraphView, Kind, QParams, op_name
+
+if TYPE_CHECKING:
+    from qlint.checks import Analysis
+
+FLOAT32_TINY = 1.1754943508222875e-38  # smallest normal float32
+
+
+@dataclass
+class Fold:
+    kind: str                 # identity | table | rescale
+    code: str                 # the rule whose finding this fold resolves
+    anchor: Node              # the node findings point at
+    dq: Node                  # the island's dequantized input
+    outputs: list[Node]       # the quantize nodes whose integers the fold reproduces
+    removed: list[Node]       # island nodes (and the pair) that go away
+    luts: dict[Node, torch.Tensor] = field(default_factory=dict)   # table: per output
+    scale: float | None = None                                      # rescale: new output scale
+
+    def describe(self) -> str:
+        ops = ", ".join(op_name(n) for n in [self.dq, *self.removed, *self.outputs])
+        if self.kind == "identity":
+            return f"identity: remove {ops}"
+        if self.kind == "table":
+            return f"table: replace {ops} with cortex_m.quantized_activation (256-entry int8 table)"
+        return f"rescale: remove {', '.join(op_name(n) for n in self.removed)}; output quantize scale -> {self.scale:.9g}"
+
+
+@dataclass
+class Left:
+    code: str
+    anchor: Node
+    reason: str
+
+
+def _q_outputs(view: GraphView, nodes: list[Node]) -> list[Node] | None:
+    if nodes and all(view.kind(n) == Kind.QUANTIZE and view.qparams(n) is not None for n in nodes):
+        return nodes
+    return None
+
+
+def _reference(view: GraphView, island_nodes: list[Node], compute: list[Node], dq: Node, outputs: list[Node], values: torch.Tensor) -> dict[Node, torch.Tensor]:
+    from qlint.islands import Island
+
+    return evaluate(view, Island(island_nodes, compute, [dq], outputs), dq, values)
+
+
+def _same_shape(dq: Node, outputs: list[Node]) -> bool:
+    shape = dq.meta["val"].shape
+    return all(o.meta["val"].shape == shape for o in outputs)
+
+
+def plan_int_fold(
+    view: GraphView, code: str, anchor: Node, dq: Node, nodes: list[Node], compute: list[Node], outputs: list[Node]
+) -> Fold | str:
+    """Identity, table or rescale for an elementwise region from `dq` to `outputs`."""
+    qp_in = view.qparams(dq)
+    qps = [view.qparams(o) for o in outputs]
+    if qp_in is None or any(q is None for q in qps):
+        return "qparams are not per-tensor literals"
+    values = all_values(qp_in.dtype)
+    mask = in_range(values, qp_in)
+    reference = _reference(view, nodes, compute, dq, outputs, values)
+    if all(torch.equal(reference[o][mask], values[mask]) and qp.dtype == qp_in.dtype for o, qp in zip(outputs, qps)):
+        return Fold("identity", code, anchor, dq, outputs, nodes)
+    if qp_in.dtype == torch.int8 and all(qp.dtype == torch.int8 for qp in qps):
+        if not _same_shape(dq, outputs):
+            return "the island reshapes its input; a lookup table keeps the input's shape"
+        return Fold("table", code, anchor, dq, outputs, nodes, luts={o: reference[o].to(torch.int8) for o in outputs})
+    return f"{qp_in.dtype_name} islands can only fold a constant scale into the output quantize"
+
+
+def plan_rescale(view: GraphView, scale_island, outputs: list[Node]) -> Fold | str:  # type: ignore[no-untyped-def]
+    """int16: fold the island's constant factor into the output quantize scale, if exact."""
+    factor = scale_island.factor
+    if not (math.isfinite(factor) and factor > 0):
+        return f"the constant factor {factor:g} is not positive and finite; a scale cannot absorb it"
+    [out] = outputs if len(outputs) == 1 else [None]
+    if out is None:
+        return "the island feeds more than one quantize"
+    qp_out: QParams = view.qparams(out)
+    new_scale = qp_out.scale / factor
+    if not (math.isfinite(new_scale) and new_scale >= FLOAT32_TINY and new_scale < sys.float_info.max):
+        return f"the folded scale {new_scale:g} is not a normal positive float"
+    dq = scale_island.dq
+    qp_in = view.qparams(dq)
+    values = all_values(qp_in.dtype)
+    mask = in_range(values, qp_in)
+    island = scale_island.island
+    reference = _reference(view, island.nodes, island.compute, dq, outputs, values)[out]
+    folded = out.target(dq.target(values, *dq.args[1:]), new_scale, *out.args[2:])
+    differing = int((folded[mask] != reference[mask]).sum())
+    if differing:
+        return f"folding into the output scale changes {differing} of {int(mask.sum())} {qp_in.dtype_name} values"
+    if torch.equal(folded[mask], values[mask]):
+        return Fold("identity", "QL001", island.anchor, dq, outputs, island.nodes)
+    return Fold("rescale", "QL001", island.anchor, dq, outputs, island.nodes, scale=new_scale)
+
+
+def plan_island(view: GraphView, island, scale_island, reason: str | None, config: Config, blocked: list[str]) -> Fold | str:  # type: ignore[no-untyped-def]
+    """How to fold one island, or why it is left."""
+    code = "QL001" if scale_island is not None else "QL002"
+    if blocked:
+        return f"blocked by {'; '.join(blocked)}"
+    dq = runtime_input(view, island)
+    if dq is None:
+        return reason or "more than one runtime input"
+    if not is_elementwise(island):
+        return reason or "not an elementwise function of its input"
+    outputs = _q_outputs(view, island.outputs)
+    if outputs is None:
+        return "an output does not go to a per-tensor quantize"
+    qp_in = view.qparams(dq)
+    if qp_in is None or qp_in.dtype_name not in config.fold.dtypes:
+        return f"fold.dtypes: {qp_in.dtype_name if qp_in else 'unknown'} not in [{', '.join(config.fold.dtypes)}]"
+    if code == "QL002":
+        kinds = {c.kind for n in island.compute for a in n.args if (c := view.constant(a)) is not None}
+        disallowed = sorted(kinds - set(config.fold.constant_kinds))
+        if disallowed:
+            return f"fold.constant_kinds: {', '.join(disallowed)} not in [{', '.join(config.fold.constant_kinds)}]"
+    if qp_in.dtype == torch.int8:
+        return plan_int_fold(view, code, island.anchor, dq, island.nodes, island.compute, outputs)
+    if scale_island is None:
+        return f"{qp_in.dtype_name} islands fold only as a constant scale"
+    return plan_rescale(view, scale_island, outputs)
+
+
+def plan_pair(view: GraphView, dq: Node, q: Node, config: Config) -> Fold | str:
+    qp_in = view.qparams(dq)
+    if qp_in is None or view.qparams(q) is None:
+        return "qparams are not per-tensor literals"
+    if qp_in.dtype_name not in config.fold.dtypes:
+        return f"fold.dtypes: {qp_in.dtype_name} not in [{', '.join(config.fold.dtypes)}]"
+    return plan_int_fold(view, "QL004", q, dq, [], [], [q])
+
+
+def plan(analysis: "Analysis", config: Config) -> tuple[list[Fold], list[Left]]:
+    """A fold for every island and requantize pair that has one; the reason for the rest."""
+    from qlint.checks import blocked_guards
+    from qlint.islands import requantize_pairs
+
+    view = analysis.view
+    folds: list[Fold] = []
+    left: list[Left] = []
+    for index, island in enumerate(analysis.islands):
+        scale = analysis.scale_islands.get(index)
+        blocked = blocked_guards(scale, config) if scale is not None else []
+        result = plan_island(view, island, scale, analysis.reasons.get(index), config, blocked)
+        code = "QL001" if scale is not None else "QL002"
+        if isinstance(result, Fold):
+            folds.append(result)
+        else:
+            left.append(Left(code, island.anchor, result))
+    for dq, q in requantize_pairs(view):
+        result = plan_pair(view, dq, q, config)
+        if isinstance(result, Fold):
+            folds.append(result)
+        else:
+            left.append(Left("QL004", q, result))
+    return folds, left
