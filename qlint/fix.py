@@ -148,6 +148,7 @@ class FixResult:
     findings: list[Finding]     # what remains after fixing
     stats: ArtifactStats
     pte: bytes | None           # None for a dry run
+    program: Any = None         # the folded, lowered ExportedProgram
 
 
 def fix_program(
@@ -209,7 +210,7 @@ def fix_program(
     summary.activation_bytes = (memory_before, memory_after)
     summary.pte_bytes = len(pte)
     summary.verified_inputs = len(inputs)
-    return FixResult(summary, findings, stats, pte)
+    return FixResult(summary, findings, stats, pte, lowered)
 
 
 def output_path(folder: Path, name: str, output_dir: Path | None) -> Path:

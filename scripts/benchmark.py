@@ -1,9 +1,10 @@
-"""Time `qlint check` against the bare ExecuTorch flow on the same .pt2, in one run.
+"""Time `qlint check` and `qlint check --fix` against the bare ExecuTorch flow, in one run.
 
 The bare flow is what any Cortex-M build already pays: `torch.export.load`,
 `to_edge` with the Cortex-M compile config and `CortexMPassManager` with the
-same pass list qlint uses, no rules. Both run as fresh processes (imports
-included), alternating, and the medians are compared.
+same pass list qlint uses, no rules; for `--fix` also `to_executorch` and
+writing the .pte, no folds. All run as fresh processes (imports included),
+interleaved, and the medians are compared.
 
     python scripts/benchmark.py [--pt2 FILE] [--repeat 3]
 
@@ -35,7 +36,12 @@ from qlint.lowering import pass_list, target_config
 
 ep = torch.export.load(sys.argv[1])
 edge = to_edge(ep, compile_config=cortex_m_edge_compile_config())
-CortexMPassManager(edge.exported_program(), passes=pass_list(), target_config=target_config("cortex-m55")).transform()
+lowered = CortexMPassManager(edge.exported_program(), passes=pass_list(), target_config=target_config("cortex-m55")).transform()
+if len(sys.argv) > 2:
+    from executorch.exir import EdgeProgramManager
+
+    manager = EdgeProgramManager({"forward": lowered}, compile_config=cortex_m_edge_compile_config())
+    open(sys.argv[2], "wb").write(manager.to_executorch().buffer)
 """
 
 
@@ -68,18 +74,23 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         pt2 = args.pt2 or make_sam_pt2(Path(tmp))
-        bare_cmd = [sys.executable, "-c", BARE_FLOW, str(pt2)]
-        qlint_cmd = [sys.executable, "-m", "qlint", "check", "--quiet", str(pt2)]
-        bare, lint = [], []
+        out = Path(tmp)
+        commands = {
+            "bare flow": [sys.executable, "-c", BARE_FLOW, str(pt2)],
+            "qlint check": [sys.executable, "-m", "qlint", "check", "--quiet", str(pt2)],
+            "bare flow + .pte": [sys.executable, "-c", BARE_FLOW, str(pt2), str(out / "bare.pte")],
+            "qlint --fix": [sys.executable, "-m", "qlint", "check", "--fix", "--quiet", "--output-dir", str(out), str(pt2)],
+        }
+        times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.repeat):
-            bare.append(timed(bare_cmd))
-            lint.append(timed(qlint_cmd))
-    b, q = statistics.median(bare), statistics.median(lint)
-    print(f"artifact:   {pt2.name}")
-    print(f"bare flow:  {b:6.2f} s  (median of {args.repeat}: {', '.join(f'{t:.2f}' for t in bare)})")
-    print(f"qlint check:{q:6.2f} s  (median of {args.repeat}: {', '.join(f'{t:.2f}' for t in lint)})")
-    print(f"ratio:      {q / b:6.3f}x  (target <= 1.15x)")
-
+            for name, command in commands.items():
+                times[name].append(timed(command))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    print(f"artifact: {pt2.name}, median of {args.repeat} runs each")
+    for name, values in times.items():
+        print(f"  {name:18s} {median[name]:6.2f} s   ({', '.join(f'{t:.2f}' for t in values)})")
+    print(f"check ratio: {median['qlint check'] / median['bare flow']:.3f}x  (target <= 1.15x)")
+    print(f"fix ratio:   {median['qlint --fix'] / median['bare flow + .pte']:.3f}x  (target <= 1.30x)")
 
 if __name__ == "__main__":
     main()

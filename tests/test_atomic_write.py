@@ -1,0 +1,62 @@
+"""A write killed half way leaves the old file or none, never a truncated one."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from qlint.output import write_atomic
+
+# Stalls the writer after its data is in the temp file and before the rename,
+# the widest window in which a kill could leave a partial output behind.
+WRITER = """
+import os, sys, time
+from pathlib import Path
+from qlint import output
+
+def stall(fd):
+    Path(sys.argv[2]).touch()
+    time.sleep(60)
+
+os.fsync = stall
+output.write_atomic(Path(sys.argv[1]), b"new" * 1_000_000)
+"""
+
+
+@pytest.mark.parametrize("existing", [b"old contents", None])
+def test_kill_mid_write(tmp_path: Path, existing: bytes | None) -> None:
+    target = tmp_path / "model.pte"
+    if existing is not None:
+        target.write_bytes(existing)
+    marker = tmp_path / "stalled"
+    child = subprocess.Popen([sys.executable, "-c", WRITER, str(target), str(marker)])
+    deadline = time.time() + 60
+    while not marker.exists():
+        assert time.time() < deadline and child.poll() is None, "writer never reached the stall"
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    if existing is None:
+        assert not target.exists()
+    else:
+        assert target.read_bytes() == existing
+
+
+def test_write_replaces_whole_file(tmp_path: Path) -> None:
+    target = tmp_path / "out.pte"
+    target.write_bytes(b"x" * 100)
+    write_atomic(target, b"abc")
+    assert target.read_bytes() == b"abc"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.pte"]
+
+
+def test_failed_write_leaves_no_temp_file(tmp_path: Path) -> None:
+    (tmp_path / "out.pte").mkdir()
+    with pytest.raises(OSError):
+        write_atomic(tmp_path / "out.pte", b"abc")
+    assert [p.name for p in tmp_path.iterdir()] == ["out.pte"]
