@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from torch.fx import Node
@@ -68,14 +67,14 @@ def _is_runtime(view: GraphView, arg: Any, inside: set[Node]) -> bool:
 def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland | str:
     """A ScaleIsland, or the reason the island is not a constant scale."""
     bases = [base_name(op_name(n)) for n in island.compute]
-    norm = sorted({op_name(n) for n, b in zip(island.compute, bases) if b in NORMALIZATION_OPS})
+    norm = sorted({op_name(n) for n, b in zip(island.compute, bases, strict=True) if b in NORMALIZATION_OPS})
     if norm:
         return f"data-dependent normalization ({', '.join(norm)})"
-    other = sorted({op_name(n) for n, b in zip(island.compute, bases) if b not in SCALE_OPS})
+    other = sorted({op_name(n) for n, b in zip(island.compute, bases, strict=True) if b not in SCALE_OPS})
     dq = runtime_input(view, island)
     inside = set(island.nodes)
     steps = []
-    for node, base in zip(island.compute, bases):
+    for node, base in zip(island.compute, bases, strict=True):
         if base not in SCALE_OPS:
             continue
         lhs, rhs = node.args[0], node.args[1]

@@ -160,7 +160,7 @@ class _Parser:
 
     def choices(self, node: yaml.Node, key: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
         values = self.strings(node, key)
-        for item, value in zip(node.value, values):
+        for item, value in zip(node.value, values, strict=True):
             if value not in allowed:
                 raise self.error(item, key, f"{value!r} is not one of {', '.join(allowed)}")
         return values
@@ -190,7 +190,7 @@ class _Parser:
 
     def key_select(self, node: yaml.Node, key: str) -> tuple[str, ...]:
         values = self.strings(node, key)
-        for item, value in zip(node.value, values):
+        for item, value in zip(node.value, values, strict=True):
             check_selectors((value,), lambda m, item=item: self.error(item, key, m))
         return values
 

@@ -112,10 +112,10 @@ def verification_inputs(example: tuple[Any, ...] | None, extra: Sequence[tuple[A
 
 
 def compare(before: list[list[torch.Tensor]], after: list[list[torch.Tensor]]) -> None:
-    for batch, (b_outs, a_outs) in enumerate(zip(before, after)):
+    for batch, (b_outs, a_outs) in enumerate(zip(before, after, strict=True)):
         if len(b_outs) != len(a_outs):
             raise VerificationError(f"input {batch}: {len(b_outs)} outputs before, {len(a_outs)} after")
-        for index, (b, a) in enumerate(zip(b_outs, a_outs)):
+        for index, (b, a) in enumerate(zip(b_outs, a_outs, strict=True)):
             if b.shape != a.shape or b.dtype != a.dtype or not torch.equal(b, a):
                 raise VerificationError(f"output {index} differs on verification input {batch}")
 

@@ -88,7 +88,7 @@ def plan_int_fold(
     values = all_values(qp_in.dtype)
     mask = in_range(values, qp_in)
     reference = _reference(view, nodes, compute, dq, outputs, values)
-    if all(torch.equal(reference[o][mask], values[mask]) and qp.dtype == qp_in.dtype for o, qp in zip(outputs, qps)):
+    if all(torch.equal(reference[o][mask], values[mask]) and qp.dtype == qp_in.dtype for o, qp in zip(outputs, qps, strict=True)):
         return Fold("identity", code, anchor, dq, outputs, nodes)
     if qp_in.dtype == torch.int8 and all(qp.dtype == torch.int8 for qp in qps):
         if not _same_shape(dq, outputs):

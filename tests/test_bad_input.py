@@ -43,10 +43,12 @@ class Payload:
 
 
 def check_bad(args: list[str], capsys: pytest.CaptureFixture[str], good: Path) -> tuple[str, dict]:
-    code, data = run_json([*args, str(good)], capsys)
-    err = capsys.readouterr().err
+    code, out, err = run_cli([*args, str(good), "--output-format", "json"], capsys)
+    data = json.loads(out)
     assert code == 2
     assert len(data["errors"]) == 1
+    [line] = err.strip().splitlines()  # one line on stderr, naming the artifact
+    assert line == f"qlint: error: {data['errors'][0]['artifact']}: {data['errors'][0]['message']}"
     # The good artifact is still checked.
     assert [s["artifact"] for s in data["artifacts"]] == [data["artifacts"][0]["artifact"]]
     assert data["artifacts"][0]["artifact"].endswith(good.name)

@@ -42,7 +42,7 @@ def literal_args(program: Any, name: str) -> list[list[Any]]:
 
 def assert_same_outputs(before: Any, after: Any, inputs: list[tuple[Any, ...]]) -> None:
     for batch in inputs:
-        for b, a in zip(before.module()(*batch), after.module()(*batch)):
+        for b, a in zip(before.module()(*batch), after.module()(*batch), strict=True):
             assert torch.equal(b, a)
 
 

@@ -6,7 +6,7 @@ import json
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import jsonschema
 import pytest

@@ -34,7 +34,7 @@ def sam_from_target(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict
     root = Path(__file__).resolve().parent.parent
     folder = tmp_path_factory.mktemp("sam_target")
     config = folder / ".qlint.yaml"
-    config.write_text(textwrap.dedent(f"""\
+    config.write_text(textwrap.dedent("""\
         targets:
           - name: sam
             factory: examples.sam:make_two_way_transformer
