@@ -134,3 +134,28 @@ class Scale(nn.Module):
 def make_scale() -> tuple:
     shapes = [(1, 8, 16)]
     return Scale(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+class ScaleIntoConcat(nn.Module):
+    """A constant scale whose output shares its quantizer with a concatenation."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x / 3.0, y], dim=-1)
+
+
+def make_scale_into_concat() -> tuple:
+    shapes = [(1, 8, 16), (1, 8, 16)]
+    return ScaleIntoConcat(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+class ScaleChain(nn.Module):
+    """`x * a / b` with a reshape in between: one island, two constants."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(x) * 0.5
+        return y.reshape(1, 16, 8) / 3.0
+
+
+def make_scale_chain() -> tuple:
+    shapes = [(1, 8, 16)]
+    return ScaleChain(), _batches(shapes, 1)[0], _batches(shapes)

@@ -57,6 +57,16 @@ def _lut_node(program: Any, anchor: Node, name: str, lut: torch.Tensor) -> Node:
         return create_constant_placeholder(program, graph, name, InputKind.PARAMETER, lut)
 
 
+def _replay_reshapes(graph: Any, value: Node, reshapes: list[Node]) -> Node:
+    """Re-issue an island's shape ops on its integer input (a table commutes with them)."""
+    for node in reshapes:
+        copy_ = graph.call_function(node.target, (value, *node.args[1:]), dict(node.kwargs))
+        copy_.meta["val"] = node.meta["val"].to(value.meta["val"].dtype)
+        copy_.meta["stack_trace"] = node.meta.get("stack_trace")
+        value = copy_
+    return value
+
+
 def apply(program: Any, fold: Fold) -> None:
     """Rewrite one fold into the program's graph."""
     from executorch.exir.dialects._ops import ops as exir_ops
@@ -69,8 +79,9 @@ def apply(program: Any, fold: Fold) -> None:
         elif fold.kind == "table":
             lut = _lut_node(program, out, f"{out.name}_qlint_lut", fold.luts[out])
             with graph.inserting_before(out):
+                source = _replay_reshapes(graph, producer, fold.reshapes)
                 replacement = graph.call_function(
-                    exir_ops.edge.cortex_m.quantized_activation.default, (producer, lut)
+                    exir_ops.edge.cortex_m.quantized_activation.default, (source, lut)
                 )
         else:
             with graph.inserting_before(out):

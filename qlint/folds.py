@@ -42,6 +42,7 @@ class Fold:
     outputs: list[Node]       # the quantize nodes whose integers the fold reproduces
     removed: list[Node]       # island nodes (and the pair) that go away
     luts: dict[Node, torch.Tensor] = field(default_factory=dict)   # table: per output
+    reshapes: list[Node] = field(default_factory=list)              # table: shape ops to replay on int8
     scale: float | None = None                                      # rescale: new output scale
 
     def describe(self) -> str:
@@ -49,7 +50,8 @@ class Fold:
         if self.kind == "identity":
             return f"identity: remove {ops}"
         if self.kind == "table":
-            return f"table: replace {ops} with cortex_m.quantized_activation (256-entry int8 table)"
+            replay = "".join(f"{op_name(n)} on int8, " for n in self.reshapes)
+            return f"table: replace {ops} with {replay}cortex_m.quantized_activation (256-entry int8 table)"
         return f"rescale: remove {', '.join(op_name(n) for n in self.removed)}; output quantize scale -> {self.scale:.9g}"
 
 
@@ -77,6 +79,27 @@ def _same_shape(dq: Node, outputs: list[Node]) -> bool:
     return all(o.meta["val"].shape == shape for o in outputs)
 
 
+def _shape_chain(view: GraphView, dq: Node, nodes: list[Node], compute: list[Node], out: Node) -> list[Node] | None:
+    """The island's shape ops in order, when the island is one chain from `dq` to `out`.
+
+    An elementwise table commutes with them, so they can be replayed on the
+    int8 values before the table; a branching island has no single order.
+    """
+    path: list[Node] = []
+    node = out.args[0]
+    while node is not dq:
+        if node not in nodes:
+            return None
+        path.append(node)
+        runtime = [a for a in node.all_input_nodes if a in nodes or a is dq]
+        if len(runtime) != 1:
+            return None
+        node = runtime[0]
+    if len(path) != len(nodes):
+        return None
+    return [n for n in reversed(path) if n not in compute]
+
+
 def plan_int_fold(
     view: GraphView, code: str, anchor: Node, dq: Node, nodes: list[Node], compute: list[Node], outputs: list[Node]
 ) -> Fold | str:
@@ -91,10 +114,27 @@ def plan_int_fold(
     if all(torch.equal(reference[o][mask], values[mask]) and qp.dtype == qp_in.dtype for o, qp in zip(outputs, qps, strict=True)):
         return Fold("identity", code, anchor, dq, outputs, nodes)
     if qp_in.dtype == torch.int8 and all(qp.dtype == torch.int8 for qp in qps):
-        if not _same_shape(dq, outputs):
-            return "the island reshapes its input; a lookup table keeps the input's shape"
-        return Fold("table", code, anchor, dq, outputs, nodes, luts={o: reference[o].to(torch.int8) for o in outputs})
+        luts = {o: reference[o].to(torch.int8) for o in outputs}
+        if _same_shape(dq, outputs):
+            return Fold("table", code, anchor, dq, outputs, nodes, luts=luts)
+        chain = _shape_chain(view, dq, nodes, compute, outputs[0]) if len(outputs) == 1 else None
+        if chain is None:
+            return "the island reshapes its input along more than one path"
+        return Fold("table", code, anchor, dq, outputs, nodes, luts=luts, reshapes=chain)
     return f"{qp_in.dtype_name} islands can only fold a constant scale into the output quantize"
+
+
+def _scale_candidates(scale: float, steps: int = 16) -> list[float]:
+    """`scale`, then its float32 neighbours nearest first: rounding in the quantize
+    can make a neighbour exact where the plain product is not."""
+    import numpy as np
+
+    candidates = [scale]
+    up = down = np.float32(scale)
+    for _ in range(steps):
+        up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(0))
+        candidates.extend([float(up), float(down)])
+    return candidates
 
 
 def plan_rescale(view: GraphView, scale_island, outputs: list[Node]) -> Fold | str:  # type: ignore[no-untyped-def]
@@ -106,19 +146,27 @@ def plan_rescale(view: GraphView, scale_island, outputs: list[Node]) -> Fold | s
     if out is None:
         return "the island feeds more than one quantize"
     qp_out: QParams = view.qparams(out)
-    new_scale = qp_out.scale / factor
-    if not (math.isfinite(new_scale) and new_scale >= FLOAT32_TINY and new_scale < sys.float_info.max):
-        return f"the folded scale {new_scale:g} is not a normal positive float"
     dq = scale_island.dq
     qp_in = view.qparams(dq)
     values = all_values(qp_in.dtype)
     mask = in_range(values, qp_in)
     island = scale_island.island
-    reference = _reference(view, island.nodes, island.compute, dq, outputs, values)[out]
-    folded = out.target(dq.target(values, *dq.args[1:]), new_scale, *out.args[2:])
-    differing = int((folded[mask] != reference[mask]).sum())
-    if differing:
-        return f"folding into the output scale changes {differing} of {int(mask.sum())} {qp_in.dtype_name} values"
+    reference = _reference(view, island.nodes, island.compute, dq, outputs, values)[out][mask]
+    dequantized = dq.target(values, *dq.args[1:])
+    folded = None
+    best = None
+    for new_scale in _scale_candidates(qp_out.scale / factor):
+        if not (math.isfinite(new_scale) and FLOAT32_TINY <= new_scale < sys.float_info.max):
+            return f"the folded scale {new_scale:g} is not a normal positive float"
+        attempt = out.target(dequantized, new_scale, *out.args[2:])
+        differing = int((attempt[mask] != reference).sum())
+        if differing == 0:
+            folded = attempt
+            break
+        best = differing if best is None else min(best, differing)
+    if folded is None:
+        return (f"folding into the output scale changes at least {best} of {int(mask.sum())} "
+                f"{qp_in.dtype_name} values for every candidate scale")
     if torch.equal(folded[mask], values[mask]):
         return Fold("identity", "QL001", island.anchor, dq, outputs, island.nodes)
     return Fold("rescale", "QL001", island.anchor, dq, outputs, island.nodes, scale=new_scale)

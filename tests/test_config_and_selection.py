@@ -117,3 +117,21 @@ def test_unknown_selector_on_command_line(attention: Path, capsys: pytest.Captur
 def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, data = run_json(["check", str(attention), "--target-cpu", "cortex-m0"], capsys)
     assert {f["code"] for f in data["findings"]} == {"QL001", "QL004", "QL005"}
+
+
+def test_directories_are_walked_with_include_and_exclude(
+    pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "zoo" / "keep").mkdir(parents=True)
+    (tmp_path / "zoo" / "skip").mkdir()
+    (tmp_path / "zoo" / "keep" / "a.pt2").write_bytes(pt2_dir("make_attention").read_bytes())
+    (tmp_path / "zoo" / "skip" / "b.pt2").write_bytes(pt2_dir("make_attention").read_bytes())
+    (tmp_path / "zoo" / "notes.txt").write_text("not an artifact")
+    config = write(tmp_path, 'exclude: ["skip/**"]\n')
+    # `qlint PATH` is `qlint check PATH`.
+    code, data = run_json(["--config", str(config), str(tmp_path / "zoo")], capsys)
+    assert code == 1
+    assert [Path(s["artifact"]).name for s in data["artifacts"]] == ["a.pt2"]
+    config = write(tmp_path, 'include: ["**/*.pt2"]\n')
+    code, data = run_json(["--config", str(config), str(tmp_path / "zoo")], capsys)
+    assert sorted(Path(s["artifact"]).name for s in data["artifacts"]) == ["a.pt2", "b.pt2"]

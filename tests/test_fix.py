@@ -272,3 +272,25 @@ def test_verification_mismatch_writes_nothing(
     assert code == 2
     assert "attention.pt2: fix failed verification, nothing written: output 0 differs on verification input 0" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.pt2"]
+
+
+def test_chain_with_reshape_folds_to_a_table_after_the_reshape(quantized: Callable[..., Any]) -> None:
+    program = quantized("make_scale_chain")
+    result = fix(program, [example("make_scale_chain")])
+    [fold] = result.summary.folds
+    assert fold["kind"] == "table" and "aten.view_copy.default on int8" in fold["change"]
+    assert not any(o.startswith(("aten.mul", "aten.div")) for o in ops(result.program))
+    unfixed = check_program(program, "chain", Config())
+    assert_same_outputs(unfixed.lowered, result.program, seeded(example("make_scale_chain")))
+
+
+def test_int16_scale_that_cannot_fold_exactly_is_left_with_the_count(quantized: Callable[..., Any]) -> None:
+    program = quantized("make_scale_into_concat", int16=True)
+    config = Config(fold=FoldGuards(dtypes=("int8", "int16")))
+    [finding] = [f for f in lint(program, config) if f.code == "QL001"]
+    assert finding.details["identity"] is False and not finding.fixable
+    result = fix(program, [example("make_scale_into_concat")], config)
+    [left] = result.summary.left
+    assert left["reason"].startswith("folding into the output scale changes at least ")
+    assert left["reason"].endswith("of 65535 int16 values for every candidate scale")
+    assert "aten.div.Tensor" in ops(result.program)

@@ -133,3 +133,14 @@ def test_coverage_counts_int_kernels(quantized: Callable[..., Any]) -> None:
     assert finding.details["coverage"] == pytest.approx(7 / 8)
     relaxed = Config(coverage_threshold=0.8)
     assert "QL005" not in codes(check_program(quantized("make_multi_head"), "mha", relaxed).findings)
+
+
+def test_chain_with_reshape_is_one_ql001(quantized: Callable[..., Any]) -> None:
+    checked = check_program(quantized("make_scale_chain"), "chain", Config())
+    finding = only(checked.findings, "QL001")
+    assert finding.details["ops"] == ["aten.mul.Tensor", "aten.div.Tensor"]
+    assert [(c["op"], c["value"]) for c in finding.details["constants"]] == [("mul", 0.5), ("div", 3.0)]
+    assert finding.details["factor"] == pytest.approx(0.5 / 3.0)
+    assert finding.location.code == "y = torch.relu(x) * 0.5"
+    # The reshape between the two constants is part of the island, not an island of its own.
+    assert checked.stats.fp32_islands == 1
