@@ -21,6 +21,34 @@ def _codes(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
+def _shard(value: str) -> tuple[int, int]:
+    try:
+        index, count = (int(v) for v in value.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not I/N") from None
+    if not 1 <= index <= count:
+        raise argparse.ArgumentTypeError(f"{value!r}: need 1 <= I <= N")
+    return index, count
+
+
+def _progress_bar(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """A one-line progress bar on stderr for interactive text runs only."""
+    import os
+
+    if args.output_format != "text" or args.quiet or os.environ.get("CI") or not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int, name: str) -> None:
+        if total < 2:
+            return
+        width = 24
+        filled = width * done // total
+        end = "\n" if done == total else ""
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name[-40:]:<40}", end=end, file=sys.stderr, flush=True)
+
+    return show
+
+
 def build_parser() -> argparse.ArgumentParser:
     from qlint.config import CPUS
 
@@ -48,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fold the islands that have a proven exact fold and write a verified <name>.pte")
     check.add_argument("--diff", action="store_true", help="with --fix: print what each fold would change, write nothing")
     check.add_argument("--output-dir", type=Path, help="with --fix: write .pte files here instead of next to each input")
+    check.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="check in N worker processes (same output order)")
+    check.add_argument("--shard", type=_shard, metavar="I/N", help="check only the I-th of N deterministic slices of the inputs")
+    check.add_argument("--no-cache", action="store_true", help="always re-check; do not read or write the result cache")
+    check.add_argument("--cache-dir", type=Path, help="result cache folder (default: $QLINT_CACHE_DIR or ~/.cache/qlint)")
     check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
     check.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks and framework logs")
 
@@ -124,6 +156,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     from qlint import backend, engine, reporters
 
     backend.quiet_logs(args.verbose)
+    cache = None
+    if not args.no_cache:
+        from qlint.cache import Cache, default_dir
+
+        cache = Cache(args.cache_dir or default_dir(), config, {"order": args.lowering})
     if args.targets_only:
         paths, targets = [], list(config.targets)
     elif args.paths:
@@ -136,7 +173,11 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"qlint: error: --output-dir {args.output_dir}: not a directory", file=sys.stderr)
             return EXIT_ERROR
         fix = engine.FixOptions(output_dir=args.output_dir, dry_run=args.diff)
-    report = engine.run(paths, targets, config, fix, order=args.lowering, verbose=args.verbose)
+    if args.jobs < 1:
+        print("qlint: error: --jobs must be at least 1", file=sys.stderr)
+        return EXIT_ERROR
+    report = engine.run(paths, targets, config, fix, cache, jobs=args.jobs, shard=args.shard,
+                        progress=_progress_bar(args), order=args.lowering, verbose=args.verbose)
 
     for error in report.errors:
         print(f"qlint: error: {error}", file=sys.stderr)

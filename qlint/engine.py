@@ -6,7 +6,7 @@ import fnmatch
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from qlint.config import Config, Target
 from qlint.findings import ArtifactStats, Finding, InputError, Report
@@ -175,11 +175,87 @@ def check_target(target: Target, config: Config, fix: FixOptions | None = None, 
     return report
 
 
-def run(paths: list[Path], targets: list[Target], config: Config, fix: FixOptions | None = None, **options: Any) -> Report:
+def check_file_cached(path: Path, config: Config, cache: Any, **options: Any) -> Report:
+    """check_file, answered from the cache when the artifact and everything else are unchanged."""
+    artifact = display(path)
+    try:
+        key = cache.key(path, artifact)
+    except OSError:
+        return check_file(path, config, **options)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    report = check_file(path, config, **options)
+    cache.put(key, report)
+    return report
+
+
+@dataclass(frozen=True)
+class Work:
+    """One unit of checking: a file or a config target."""
+
+    path: Path | None = None
+    target: Target | None = None
+
+    @property
+    def name(self) -> str:
+        return display(self.path) if self.path is not None else f"target:{self.target.name}"
+
+
+def plan_work(paths: list[Path], targets: list[Target], config: Config, shard: tuple[int, int] | None = None) -> tuple[list[Work], list[InputError]]:
+    """Every file and target, in a stable order; with `shard=(i, n)` only the i-th of n slices.
+
+    Slices are taken round-robin over the names sorted, so any machine that sees
+    the same inputs computes the same partition.
+    """
     files, errors = collect(paths, config)
+    work = [Work(path=p) for p in files] + [Work(target=t) for t in targets]
+    if shard is not None:
+        index, count = shard
+        ordered = sorted(work, key=lambda w: w.name)
+        chosen = {id(w) for position, w in enumerate(ordered) if position % count == index - 1}
+        work = [w for w in work if id(w) in chosen]
+    return work, errors
+
+
+def run_one(work: Work, config: Config, fix: FixOptions | None = None, cache: Any = None, **options: Any) -> Report:
+    try:
+        if work.target is not None:
+            return check_target(work.target, config, fix, **options)
+        if cache is not None and fix is None:
+            return check_file_cached(work.path, config, cache, **options)
+        return check_file(work.path, config, fix, **options)
+    except Exception as exc:  # a crash in one artifact must not lose the others
+        from qlint.lowering import first_line
+
+        return Report(errors=[InputError(work.name, f"internal error: {type(exc).__name__}: {first_line(exc)}")])
+
+
+def run(paths: list[Path], targets: list[Target], config: Config, fix: FixOptions | None = None,
+        cache: Any = None, *, jobs: int = 1, shard: tuple[int, int] | None = None,
+        progress: Callable[[int, int, str], None] | None = None, **options: Any) -> Report:
+    """Check everything; with `jobs > 1` in worker processes, reported in the serial order."""
+    work, errors = plan_work(paths, targets, config, shard)
     report = Report(errors=errors)
-    for path in files:
-        report.extend(check_file(path, config, fix, **options))
-    for target in targets:
-        report.extend(check_target(target, config, fix, **options))
+    results: Iterable[Report]
+    if jobs > 1 and len(work) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn: torch is not fork-safe once its thread pools exist.
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=multiprocessing.get_context("spawn"))
+        with pool:
+            futures = [pool.submit(run_one, w, config, fix, cache, **options) for w in work]
+            results = (future.result() for future in futures)
+            for done, (item, result) in enumerate(zip(work, results, strict=True), 1):
+                if progress:
+                    progress(done, len(work), item.name)
+                report.extend(result)
+        return report
+    for done, item in enumerate(work, 1):
+        if progress:
+            progress(done - 1, len(work), item.name)
+        report.extend(run_one(item, config, fix, cache, **options))
+    if progress and work:
+        progress(len(work), len(work), "")
     return report

@@ -17,6 +17,16 @@ from qlint import backend  # noqa: E402
 backend.load()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tests never read or write the user's result cache."""
+    import os
+
+    folder = tmp_path_factory.mktemp("qlint-cache")
+    os.environ["QLINT_CACHE_DIR"] = str(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def quantized() -> Callable[..., Any]:
     """`quantized("make_attention", int16=False)` -> a quantized ExportedProgram, cached."""

@@ -1,0 +1,98 @@
+"""Result cache, parallel and sharded runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from conftest import run_cli
+
+PROBE = (
+    "import sys\n"
+    "from qlint.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print('HEAVY=' + ','.join(sorted(m for m in ('torch', 'executorch') if m in sys.modules)), file=sys.stderr)\n"
+    "raise SystemExit(code)\n"
+)
+
+
+def qlint_process(args: list[str], cache: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "QLINT_CACHE_DIR": str(cache)}
+    return subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def zoo(pt2_dir: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("zoo")
+    for name in ("make_attention", "make_norm", "make_pool", "make_constant_first", "make_scale"):
+        (folder / f"{name.removeprefix('make_')}.pt2").write_bytes(pt2_dir(name).read_bytes())
+    return folder
+
+
+def test_cache_answers_without_torch_and_config_changes_invalidate(zoo: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    config = tmp_path / ".qlint.yaml"
+    config.write_text("coverage_threshold: 0.9\n")
+    args = ["check", "--config", str(config), "--output-format", "json", str(zoo / "attention.pt2")]
+    first = qlint_process(args, cache)
+    assert first.returncode == 1 and "HEAVY=executorch,torch" in first.stderr
+    second = qlint_process(args, cache)
+    assert second.returncode == 1 and "HEAVY=\n" in second.stderr + "\n"
+    assert json.loads(second.stdout) == json.loads(first.stdout)
+    # Editing (or just touching) the config invalidates the entry.
+    time.sleep(0.01)
+    config.write_text("coverage_threshold: 0.5\n")
+    third = qlint_process(args, cache)
+    assert "HEAVY=executorch,torch" in third.stderr
+    assert "QL005" not in {f["code"] for f in json.loads(third.stdout)["findings"]}
+    os.utime(config)
+    assert "HEAVY=executorch,torch" in qlint_process(args, cache).stderr
+    # --no-cache never reads it.
+    assert "HEAVY=executorch,torch" in qlint_process([*args, "--no-cache"], cache).stderr
+
+
+def test_corrupt_cache_entries_are_ignored_and_rewritten(zoo: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    args = ["check", "--output-format", "json", str(zoo / "attention.pt2")]
+    good = qlint_process(args, cache)
+    [entry] = list(cache.rglob("*.json"))
+    for junk in ('{"schema": 1, "findings": [{"code": 1}], "stats": []}', "not json", ""):
+        entry.write_text(junk)
+        again = qlint_process(args, cache)
+        assert "HEAVY=executorch,torch" in again.stderr  # recomputed, not trusted
+        assert json.loads(again.stdout) == json.loads(good.stdout)
+        assert json.loads(entry.read_text())["findings"]  # rewritten
+
+
+def test_jobs_output_equals_serial_output(zoo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    serial = run_cli(["check", "--no-cache", "--output-format", "json", str(zoo)], capsys)
+    parallel = run_cli(["check", "--no-cache", "--jobs", "2", "--output-format", "json", str(zoo)], capsys)
+    assert serial[0] == parallel[0] == 1
+    assert serial[1] == parallel[1]
+    assert len(json.loads(serial[1])["artifacts"]) == 5
+
+
+def test_shards_partition_the_inputs(zoo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    seen = []
+    for index in (1, 2, 3):
+        _, out, _ = run_cli(["check", "--output-format", "json", "--shard", f"{index}/3", str(zoo)], capsys)
+        seen.append([Path(s["artifact"]).name for s in json.loads(out)["artifacts"]])
+    assert all(seen)
+    flat = [name for shard in seen for name in shard]
+    assert sorted(flat) == sorted(p.name for p in zoo.iterdir())
+    assert len(flat) == len(set(flat))
+    _, out, _ = run_cli(["check", "--output-format", "json", "--shard", "2/3", str(zoo)], capsys)
+    assert [Path(s["artifact"]).name for s in json.loads(out)["artifacts"]] == seen[1]  # deterministic
+
+
+def test_bad_shard_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        run_cli(["check", "--shard", "4/3", "."], capsys)
+    assert raised.value.code == 2
