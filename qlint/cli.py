@@ -14,7 +14,7 @@ from qlint import __version__
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 COMMANDS = ("check", "fix", "rule", "rules", "init")
-OUTPUT_FORMATS = ("text", "json", "github", "sarif")
+OUTPUT_FORMATS = ("text", "json", "github", "sarif", "markdown")
 
 
 def _codes(value: str) -> tuple[str, ...]:
@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fold the islands that have a proven exact fold and write a verified <name>.pte")
     check.add_argument("--diff", action="store_true", help="with --fix: print what each fold would change, write nothing")
     check.add_argument("--output-dir", type=Path, help="with --fix: write .pte files here instead of next to each input")
+    check.add_argument("--baseline", type=Path, metavar="FILE", help="accept the findings recorded in FILE; only new ones count")
+    check.add_argument("--write-baseline", type=Path, metavar="FILE", help="record the current findings in FILE and exit 0")
     check.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="check in N worker processes (same output order)")
     check.add_argument("--shard", type=_shard, metavar="I/N", help="check only the I-th of N deterministic slices of the inputs")
     check.add_argument("--no-cache", action="store_true", help="always re-check; do not read or write the result cache")
@@ -179,6 +181,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     report = engine.run(paths, targets, config, fix, cache, jobs=args.jobs, shard=args.shard,
                         progress=_progress_bar(args), order=args.lowering, verbose=args.verbose)
 
+    from qlint.suppressions import BaselineError, apply_baseline, apply_suppressions, write_baseline
+
+    apply_suppressions(report, config)
+    if args.write_baseline:
+        write_baseline(report, args.write_baseline)
+        print(f"wrote {len(report.findings)} findings to {args.write_baseline}", file=sys.stderr)
+        return EXIT_ERROR if report.errors else EXIT_OK
+    if args.baseline:
+        try:
+            apply_baseline(report, args.baseline)
+        except BaselineError as exc:
+            print(f"qlint: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
     for error in report.errors:
         print(f"qlint: error: {error}", file=sys.stderr)
     if args.statistics:

@@ -15,6 +15,7 @@ class Location:
     path: str
     line: int
     code: str = ""
+    file: str = field(default="", compare=False)  # absolute path, to read the line's comments
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}"

@@ -41,8 +41,13 @@ def quantize(
 def call_factory(target: Target, root: Path) -> tuple[Any, tuple[Any, ...], list[tuple[Any, ...]] | None]:
     """Import `package.module:function` (relative to the config's folder) and call it."""
     module_name, func_name = target.factory.split(":")
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
+    if str(root) in sys.path:
+        sys.path.remove(str(root))
+    sys.path.insert(0, str(root))  # this config's folder wins over any earlier one
+    # Always the model code as it is now: a module imported for an earlier
+    # config (or before an edit) must not answer for this one.
+    sys.modules.pop(module_name, None)
+    importlib.invalidate_caches()
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:

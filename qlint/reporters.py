@@ -179,4 +179,21 @@ def sarif(report: Report) -> str:
     return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)
 
 
-FORMATS: dict[str, Callable[[Report], str]] = {"json": as_json, "github": github, "sarif": sarif}
+def markdown(report: Report) -> str:
+    """A summary for `$GITHUB_STEP_SUMMARY`: the artifact table, then the findings."""
+    lines = ["## qlint", ""]
+    if report.stats:
+        lines += [summary_table(report, "github"), ""]
+    if report.findings:
+        rows = [[f"`{f.code}`", f.severity, f.artifact, f"`{f.location}`" if f.location else "",
+                 f.message.replace("|", "\\|")] for f in report.findings]
+        lines += [tabulate(rows, headers=["code", "severity", "artifact", "source", "message"], tablefmt="github"), ""]
+    for fix in report.fixes:
+        lines += ["```", *fix_lines(fix), "```", ""]
+    for error in report.errors:
+        lines.append(f"- :x: `{error.artifact}`: {error.message}")
+    lines.append(totals(report).replace("\n", "  \n"))
+    return "\n".join(lines)
+
+
+FORMATS: dict[str, Callable[[Report], str]] = {"json": as_json, "github": github, "sarif": sarif, "markdown": markdown}

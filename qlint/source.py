@@ -73,4 +73,5 @@ def locate(stack_trace: str | None, root: Path) -> Location | None:
     if frame is None:
         return None
     path, line, code = frame
-    return Location(display_path(path, root), line, code)
+    absolute = Path(path) if Path(path).is_absolute() else root / path
+    return Location(display_path(path, root), line, code, str(absolute))
