@@ -49,6 +49,13 @@ def _progress_bar(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return show
 
 
+def _write_spec(value: str) -> tuple[str, Path]:
+    fmt, _, path = value.partition(":")
+    if fmt not in OUTPUT_FORMATS or fmt == "text" or not path:
+        raise argparse.ArgumentTypeError(f"{value!r} is not FORMAT:PATH with FORMAT one of json, github, sarif, markdown")
+    return fmt, Path(path)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from qlint.config import CPUS
 
@@ -68,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text")
     check.add_argument("--statistics", action="store_true", help="print counts per rule instead of each finding")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are error findings")
+    check.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error",
+                       help="lowest severity that makes the exit code 1 (default: error)")
+    check.add_argument("--write", action="append", type=_write_spec, default=[], metavar="FORMAT:PATH",
+                       help="also write the report in FORMAT (json, github, sarif, markdown) to PATH; repeatable")
     check.add_argument("--target-cpu", choices=CPUS, help="Cortex-M CPU to lower for (overrides the config)")
     check.add_argument("--lowering", choices=("repaired", "stock"), default="repaired",
                        help="pass order: qlint's repaired order (default) or ExecuTorch's stock order")
@@ -203,9 +214,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print(reporters.FORMATS[args.output_format](report))
 
+    from qlint.output import write_atomic
+
+    for fmt, path in args.write:
+        try:
+            write_atomic(path, (reporters.FORMATS[fmt](report) + "\n").encode())
+        except OSError as exc:
+            print(f"qlint: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_ERROR
+
     if report.errors:
         return EXIT_ERROR
-    if not args.exit_zero and any(f.severity == "error" for f in report.findings):
+    failing = {"error": ("error",), "warning": ("error", "warning"), "info": ("error", "warning", "info"), "never": ()}
+    if not args.exit_zero and any(f.severity in failing[args.fail_on] for f in report.findings):
         return EXIT_FINDINGS
     return EXIT_OK
 
