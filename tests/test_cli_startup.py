@@ -35,7 +35,7 @@ def test_fast_commands_do_not_import_torch(args: list[str]) -> None:
 def test_probe_detects_torch(pt2_dir: Callable[[str], Path]) -> None:
     """The probe above can fail: a command that reads a program does import torch."""
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, "check", "-q", str(pt2_dir("make_scale"))],
+        [sys.executable, "-c", PROBE, "check", "-q", "--no-cache", str(pt2_dir("make_scale"))],
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 1, result.stderr

@@ -35,6 +35,7 @@ def test_json_carries_every_field(attention: Path, capsys: pytest.CaptureFixture
     assert ql001["location"] == {
         "path": "examples/models.py", "line": ql001["location"]["line"],
         "code": "scores = scores / math.sqrt(self.dim)",
+        "file": str(Path(__file__).resolve().parent.parent / "examples" / "models.py"),
     }
     assert ql001["details"]["constants"][0]["name"] == "_tensor_constant0"
     [stats] = data["artifacts"]
@@ -71,7 +72,7 @@ def test_sarif_is_valid_sarif_2_1_0(attention: Path, capsys: pytest.CaptureFixtu
     assert first["artifactLocation"]["uri"] == "examples/models.py"
     assert first["region"]["startLine"] > 0
     rules = sarif["runs"][0]["tool"]["driver"]["rules"]
-    assert [r["id"] for r in rules] == ["QL001", "QL002", "QL003", "QL004", "QL005"]
+    assert [r["id"] for r in rules] == ["QL001", "QL002", "QL003", "QL004", "QL005", "QL006"]
 
 
 def test_sarif_rejects_what_the_schema_rejects() -> None:
