@@ -74,4 +74,4 @@ def locate(stack_trace: str | None, root: Path) -> Location | None:
         return None
     path, line, code = frame
     absolute = Path(path) if Path(path).is_absolute() else root / path
-    return Location(display_path(path, root), line, code, str(absolute))
+    return Location(display_path(path, root), line, code, str(absolute.resolve()))
