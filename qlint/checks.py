@@ -57,6 +57,8 @@ class Analysis:
     islands: list[Island] = field(default_factory=list)
     scale_islands: dict[int, ScaleIsland] = field(default_factory=dict)   # by island index
     reasons: dict[int, str] = field(default_factory=dict)                 # why not QL001
+    folds: list[Any] = field(default_factory=list)    # qlint.folds.Fold: what --fix would apply
+    left: list[Any] = field(default_factory=list)     # qlint.folds.Left: what it would leave, and why
 
 
 def _is_runtime(view: GraphView, arg: Any, inside: set[Node]) -> bool:
@@ -219,8 +221,10 @@ def check(view: GraphView, artifact: str, config: Config) -> tuple[list[Finding]
 
     make = FindingFactory(artifact, config)
     analysis = analyse(view, config)
-    # A finding is fixable exactly when `--fix` has a proven fold for it.
-    foldable = {fold.anchor for fold in plan(analysis, config)[0]}
+    # A finding is fixable exactly when `--fix` has a proven fold for it; the
+    # plan is kept on the analysis so --fix applies it without proving it again.
+    analysis.folds, analysis.left = plan(analysis, config)
+    foldable = {fold.anchor for fold in analysis.folds}
     findings: list[Finding | None] = []
     for index, island in enumerate(analysis.islands):
         fixable = island.anchor in foldable

@@ -29,9 +29,12 @@ def all_values(dtype: torch.dtype) -> torch.Tensor:
     return torch.arange(info.min, info.max + 1, dtype=torch.int64).to(dtype)
 
 
-def in_range(values: torch.Tensor, qp: QParams) -> torch.Tensor:
-    """The values a producer clamped to [qmin, qmax] can actually emit."""
-    return (values >= qp.qmin) & (values <= qp.qmax)
+def input_domain(qp: QParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every value of the input dtype, and the mask of those a producer clamped
+    to [qmin, qmax] can actually emit (an int16 range of [-32767, 32767] never
+    carries -32768)."""
+    values = all_values(qp.dtype)
+    return values, (values >= qp.qmin) & (values <= qp.qmax)
 
 
 def runtime_input(view: GraphView, island: Island) -> Node | None:
@@ -84,8 +87,7 @@ def identity_on_ints(view: GraphView, island: Island) -> bool | None:
     """True when quantize(f(dequantize(q))) == q for every q the input can hold.
 
     The island is run on every value of the input dtype; equality is required on
-    the values inside the input's [qmin, qmax] (an int16 range of [-32767, 32767]
-    never carries -32768).
+    the values inside the input's [qmin, qmax] (see `input_domain`).
 
     None when the question does not apply (not one dequantized input, not
     elementwise, or an output that is not a quantize of the same dtype).
@@ -96,8 +98,7 @@ def identity_on_ints(view: GraphView, island: Island) -> bool | None:
     qp_in = view.qparams(dq)
     if qp_in is None or any(view.kind(o) != Kind.QUANTIZE for o in island.outputs):
         return None
-    values = all_values(qp_in.dtype)
-    mask = in_range(values, qp_in)
+    values, mask = input_domain(qp_in)
     outputs = evaluate(view, island, dq, values)
     return all(out.dtype == values.dtype and torch.equal(out[mask], values[mask]) for out in outputs.values())
 
@@ -106,7 +107,6 @@ def requantize_identity(view: GraphView, dq: Node, q: Node) -> bool | None:
     qp_in, qp_out = view.qparams(dq), view.qparams(q)
     if qp_in is None or qp_out is None or qp_in.dtype != qp_out.dtype:
         return None
-    values = all_values(qp_in.dtype)
-    mask = in_range(values, qp_in)
+    values, mask = input_domain(qp_in)
     out = q.target(dq.target(values, *dq.args[1:]), *q.args[1:])
     return bool(torch.equal(out[mask], values[mask]))

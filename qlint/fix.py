@@ -15,12 +15,11 @@ from typing import Any, Sequence
 import torch
 from torch.fx import Node
 
-from qlint.checks import Analysis
 from qlint.config import Config
 from qlint.findings import ArtifactStats, Finding, FixSummary
-from qlint.folds import Fold, plan
-from qlint.graph_view import GraphView, Kind
-from qlint.islands import fp32_elements, requantize_pairs
+from qlint.folds import Fold
+from qlint.graph_view import GraphView, Kind, constant_inputs
+from qlint.islands import requantize_pairs
 
 
 class VerificationError(Exception):
@@ -38,16 +37,14 @@ def _erase_if_dead(program: Any, nodes: Sequence[Node]) -> None:
             continue
         inputs = node.all_input_nodes
         if node.op == "placeholder":
-            if node.name in program.graph_signature.inputs_to_parameters or \
-               node.name in program.graph_signature.inputs_to_buffers or \
-               node.name in program.graph_signature.inputs_to_lifted_tensor_constants:
+            if node.name in constant_inputs(program.graph_signature):
                 delete_constant_placeholder(program, node)
             continue
         graph.erase_node(node)
         pending.extend(inputs)
 
 
-def _lut_node(program: Any, anchor: Node, name: str, lut: torch.Tensor) -> Node:
+def _lut_node(program: Any, name: str, lut: torch.Tensor) -> Node:
     from executorch.backends.transforms.utils import create_constant_placeholder
     from torch.export.graph_signature import InputKind
 
@@ -77,7 +74,7 @@ def apply(program: Any, fold: Fold) -> None:
         if fold.kind == "identity":
             replacement = producer
         elif fold.kind == "table":
-            lut = _lut_node(program, out, f"{out.name}_qlint_lut", fold.luts[out])
+            lut = _lut_node(program, f"{out.name}_qlint_lut", fold.luts[out])
             with graph.inserting_before(out):
                 source = _replay_reshapes(graph, producer, fold.reshapes)
                 replacement = graph.call_function(
@@ -142,11 +139,9 @@ def to_pte(program: Any) -> tuple[bytes, int]:
     return executorch.buffer, int(sum(plan_.non_const_buffer_sizes))
 
 
-def fp32_totals(view: GraphView, analysis: Analysis) -> tuple[int, int]:
-    ops = sum(1 for n in view.nodes if view.kind(n) == Kind.FP_COMPUTE)
-    ops += len(requantize_pairs(view))
-    elements = sum(fp32_elements(view, i) for i in analysis.islands)
-    return ops, elements
+def fp32_ops(view: GraphView) -> int:
+    """Float compute ops, counting each dequantize -> quantize round trip as one."""
+    return sum(1 for n in view.nodes if view.kind(n) == Kind.FP_COMPUTE) + len(requantize_pairs(view))
 
 
 class FixError(Exception):
@@ -186,7 +181,7 @@ def fix_program(
     if not inputs and not dry_run:
         raise FixError("cannot verify a fix without inputs: the program carries no sample inputs")
     lowered = checked.lowered
-    folds, left = plan(checked.analysis, config)
+    folds, left = checked.analysis.folds, checked.analysis.left
     summary = FixSummary(
         artifact=artifact,
         folds=[{"code": f.code, "node": f.anchor.name, "kind": f.kind, "change": f.describe()} for f in folds],
@@ -195,7 +190,7 @@ def fix_program(
         lowering_repair=order == "repaired" and needs_repair(program),
         dry_run=dry_run,
     )
-    ops_before, elements_before = fp32_totals(checked.analysis.view, checked.analysis)
+    ops_before, elements_before = fp32_ops(checked.analysis.view), checked.stats.fp32_elements
     if dry_run:
         summary.fp32_ops = (ops_before, ops_before)
         summary.fp32_elements = (elements_before, elements_before)
@@ -213,11 +208,10 @@ def fix_program(
     lowered.graph_module.recompile()
     compare(reference, run_program(lowered, inputs))
     view = GraphView(lowered)
-    findings, stats, analysis = check(view, artifact, config)
-    ops_after, elements_after = fp32_totals(view, analysis)
+    findings, stats, _ = check(view, artifact, config)
     pte, memory_after = to_pte(lowered)
-    summary.fp32_ops = (ops_before, ops_after)
-    summary.fp32_elements = (elements_before, elements_after)
+    summary.fp32_ops = (ops_before, fp32_ops(view))
+    summary.fp32_elements = (elements_before, stats.fp32_elements)
     summary.activation_bytes = (memory_before, memory_after)
     summary.pte_bytes = len(pte)
     summary.verified_inputs = len(inputs)

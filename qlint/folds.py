@@ -24,8 +24,9 @@ import torch
 from torch.fx import Node
 
 from qlint.config import Config
-from qlint.evaluate import all_values, evaluate, in_range, is_elementwise, runtime_input
+from qlint.evaluate import evaluate, input_domain, is_elementwise, runtime_input
 from qlint.graph_view import GraphView, Kind, QParams, op_name
+from qlint.islands import Island
 
 if TYPE_CHECKING:
     from qlint.checks import Analysis
@@ -68,23 +69,18 @@ def _q_outputs(view: GraphView, nodes: list[Node]) -> list[Node] | None:
     return None
 
 
-def _reference(view: GraphView, island_nodes: list[Node], compute: list[Node], dq: Node, outputs: list[Node], values: torch.Tensor) -> dict[Node, torch.Tensor]:
-    from qlint.islands import Island
-
-    return evaluate(view, Island(island_nodes, compute, [dq], outputs), dq, values)
-
-
 def _same_shape(dq: Node, outputs: list[Node]) -> bool:
     shape = dq.meta["val"].shape
     return all(o.meta["val"].shape == shape for o in outputs)
 
 
-def _shape_chain(view: GraphView, dq: Node, nodes: list[Node], compute: list[Node], out: Node) -> list[Node] | None:
+def _shape_chain(dq: Node, island: Island, out: Node) -> list[Node] | None:
     """The island's shape ops in order, when the island is one chain from `dq` to `out`.
 
     An elementwise table commutes with them, so they can be replayed on the
     int8 values before the table; a branching island has no single order.
     """
+    nodes = island.nodes
     path: list[Node] = []
     node = out.args[0]
     while node is not dq:
@@ -97,27 +93,25 @@ def _shape_chain(view: GraphView, dq: Node, nodes: list[Node], compute: list[Nod
         node = runtime[0]
     if len(path) != len(nodes):
         return None
-    return [n for n in reversed(path) if n not in compute]
+    return [n for n in reversed(path) if n not in island.compute]
 
 
-def plan_int_fold(
-    view: GraphView, code: str, anchor: Node, dq: Node, nodes: list[Node], compute: list[Node], outputs: list[Node]
-) -> Fold | str:
-    """Identity, table or rescale for an elementwise region from `dq` to `outputs`."""
+def plan_int_fold(view: GraphView, code: str, anchor: Node, dq: Node, island: Island, outputs: list[Node]) -> Fold | str:
+    """Identity or table for an elementwise region from `dq` to its quantize `outputs`."""
     qp_in = view.qparams(dq)
     qps = [view.qparams(o) for o in outputs]
     if qp_in is None or any(q is None for q in qps):
         return "qparams are not per-tensor literals"
-    values = all_values(qp_in.dtype)
-    mask = in_range(values, qp_in)
-    reference = _reference(view, nodes, compute, dq, outputs, values)
+    values, mask = input_domain(qp_in)
+    reference = evaluate(view, island, dq, values)
+    nodes = island.nodes
     if all(torch.equal(reference[o][mask], values[mask]) and qp.dtype == qp_in.dtype for o, qp in zip(outputs, qps, strict=True)):
         return Fold("identity", code, anchor, dq, outputs, nodes)
     if qp_in.dtype == torch.int8 and all(qp.dtype == torch.int8 for qp in qps):
         luts = {o: reference[o].to(torch.int8) for o in outputs}
         if _same_shape(dq, outputs):
             return Fold("table", code, anchor, dq, outputs, nodes, luts=luts)
-        chain = _shape_chain(view, dq, nodes, compute, outputs[0]) if len(outputs) == 1 else None
+        chain = _shape_chain(dq, island, outputs[0]) if len(outputs) == 1 else None
         if chain is None:
             return "the island reshapes its input along more than one path"
         return Fold("table", code, anchor, dq, outputs, nodes, luts=luts, reshapes=chain)
@@ -148,10 +142,9 @@ def plan_rescale(view: GraphView, scale_island, outputs: list[Node]) -> Fold | s
     qp_out: QParams = view.qparams(out)
     dq = scale_island.dq
     qp_in = view.qparams(dq)
-    values = all_values(qp_in.dtype)
-    mask = in_range(values, qp_in)
+    values, mask = input_domain(qp_in)
     island = scale_island.island
-    reference = _reference(view, island.nodes, island.compute, dq, outputs, values)[out][mask]
+    reference = evaluate(view, island, dq, values)[out][mask]
     dequantized = dq.target(values, *dq.args[1:])
     folded = None
     best = None
@@ -194,7 +187,7 @@ def plan_island(view: GraphView, island, scale_island, reason: str | None, confi
         if disallowed:
             return f"fold.constant_kinds: {', '.join(disallowed)} not in [{', '.join(config.fold.constant_kinds)}]"
     if qp_in.dtype == torch.int8:
-        return plan_int_fold(view, code, island.anchor, dq, island.nodes, island.compute, outputs)
+        return plan_int_fold(view, code, island.anchor, dq, island, outputs)
     if scale_island is None:
         return f"{qp_in.dtype_name} islands fold only as a constant scale"
     return plan_rescale(view, scale_island, outputs)
@@ -206,7 +199,7 @@ def plan_pair(view: GraphView, dq: Node, q: Node, config: Config) -> Fold | str:
         return "qparams are not per-tensor literals"
     if qp_in.dtype_name not in config.fold.dtypes:
         return f"fold.dtypes: {qp_in.dtype_name} not in [{', '.join(config.fold.dtypes)}]"
-    return plan_int_fold(view, "QL004", q, dq, [], [], [q])
+    return plan_int_fold(view, "QL004", q, dq, Island([], [], [dq], [q]), [q])
 
 
 def plan(analysis: "Analysis", config: Config) -> tuple[list[Fold], list[Left]]:

@@ -146,6 +146,18 @@ def numel(node: Node) -> int:
     return 0
 
 
+def constant_inputs(signature: Any) -> dict[str, tuple[str, str]]:
+    """Placeholder name -> (parameter | buffer | constant, FQN) for a graph signature."""
+    table: dict[str, tuple[str, str]] = {}
+    for kind, mapping in (
+        ("parameter", signature.inputs_to_parameters),
+        ("buffer", signature.inputs_to_buffers),
+        ("constant", signature.inputs_to_lifted_tensor_constants),
+    ):
+        table.update({name: (kind, fqn) for name, fqn in mapping.items()})
+    return table
+
+
 class GraphView:
     """Kinds, qparams and constants for the nodes of one ExportedProgram."""
 
@@ -163,15 +175,7 @@ class GraphView:
 
     @cached_property
     def _constant_fqns(self) -> dict[str, tuple[str, str]]:
-        sig = self.program.graph_signature
-        table: dict[str, tuple[str, str]] = {}
-        for name, fqn in sig.inputs_to_parameters.items():
-            table[name] = ("parameter", fqn)
-        for name, fqn in sig.inputs_to_buffers.items():
-            table[name] = ("buffer", fqn)
-        for name, fqn in sig.inputs_to_lifted_tensor_constants.items():
-            table[name] = ("constant", fqn)
-        return table
+        return constant_inputs(self.program.graph_signature)
 
     @cached_property
     def _lowerable(self) -> set[str]:
