@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,6 +216,11 @@ def _qp_dict(qp: QParams | None) -> dict[str, Any] | None:
     return {"scale": qp.scale, "zero_point": qp.zero_point, "qmin": qp.qmin, "qmax": qp.qmax, "dtype": qp.dtype_name}
 
 
+def _percent_down(ratio: float) -> str:
+    """Rounded down, so a ratio just under the threshold never prints as equal to it."""
+    return f"{math.floor(ratio * 1000) / 10:.1f}%"
+
+
 def check(view: GraphView, artifact: str, config: Config) -> tuple[list[Finding], ArtifactStats, Analysis]:
     """Run every rule on one program."""
     from qlint.folds import plan
@@ -239,7 +245,7 @@ def check(view: GraphView, artifact: str, config: Config) -> tuple[list[Finding]
         listed = ", ".join(f"{name} x{count}" for name, count in cov.fp32_ops.most_common())
         findings.append(make.make(
             "QL005",
-            f"int8 coverage {cov.ratio:.2f} < {config.coverage_threshold:.2f}: "
+            f"int8 coverage {_percent_down(cov.ratio)} < {config.coverage_threshold * 100:g}%: "
             f"{sum(cov.fp32_ops.values())} of {cov.total} compute ops run in fp32 ({listed})",
             coverage=cov.ratio, fp32_ops=dict(cov.fp32_ops), int_ops=cov.int_ops,
         ))

@@ -76,6 +76,8 @@ class FixSummary:
     fp32_ops: tuple[int, int] = (0, 0)              # before, after
     fp32_elements: tuple[int, int] = (0, 0)
     activation_bytes: tuple[int, int] = (0, 0)      # planned (non_const_buffer_sizes)
+    live_peak_bytes: tuple[int, int] = (0, 0)       # the floor under any plan of the program
+    live_peak: dict[str, Any] | None = None         # after: bytes, fp32/input bytes, node, location
     pte_bytes: int = 0
     lowering_repair: bool = False
     verified_inputs: int = 0

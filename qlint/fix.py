@@ -20,6 +20,7 @@ from qlint.findings import ArtifactStats, Finding, FixSummary
 from qlint.folds import Fold
 from qlint.graph_view import GraphView, Kind, constant_inputs
 from qlint.islands import requantize_pairs
+from qlint.memory import LivePeak, live_peak
 
 
 class VerificationError(Exception):
@@ -128,15 +129,23 @@ def compare(before: list[list[torch.Tensor]], after: list[list[torch.Tensor]]) -
                 raise VerificationError(f"output {index} differs on verification input {batch}")
 
 
-def to_pte(program: Any) -> tuple[bytes, int]:
-    """Serialize a lowered program (a copy: to_executorch rewrites in place); bytes and planned activation memory."""
+@dataclass(frozen=True)
+class Serialized:
+    pte: bytes
+    arena_bytes: int            # planned activation memory: sum of non_const_buffer_sizes
+    peak: LivePeak | None       # what the plan must hold at once, and where
+
+
+def to_pte(program: Any, root: Path) -> Serialized:
+    """Serialize a lowered program (a copy: to_executorch rewrites in place) and read its memory plan."""
     from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
     from executorch.exir import EdgeProgramManager
 
     manager = EdgeProgramManager({"forward": copy.deepcopy(program)}, compile_config=cortex_m_edge_compile_config())
     executorch = manager.to_executorch()
     plan_ = executorch.executorch_program.execution_plan[0]
-    return executorch.buffer, int(sum(plan_.non_const_buffer_sizes))
+    peak = live_peak(executorch.exported_program().graph_module, root)
+    return Serialized(executorch.buffer, int(sum(plan_.non_const_buffer_sizes)), peak)
 
 
 def fp32_ops(view: GraphView) -> int:
@@ -195,7 +204,7 @@ def fix_program(
         summary.fp32_ops = (ops_before, ops_before)
         summary.fp32_elements = (elements_before, elements_before)
         return FixResult(summary, checked.findings, checked.stats, None)
-    _, memory_before = to_pte(lowered)
+    before = to_pte(lowered, config.root)
     try:
         reference = run_program(lowered, inputs)
     except Exception as exc:  # the inputs do not fit the program
@@ -209,13 +218,16 @@ def fix_program(
     compare(reference, run_program(lowered, inputs))
     view = GraphView(lowered)
     findings, stats, _ = check(view, artifact, config)
-    pte, memory_after = to_pte(lowered)
+    after = to_pte(lowered, config.root)
     summary.fp32_ops = (ops_before, fp32_ops(view))
     summary.fp32_elements = (elements_before, stats.fp32_elements)
-    summary.activation_bytes = (memory_before, memory_after)
-    summary.pte_bytes = len(pte)
+    summary.activation_bytes = (before.arena_bytes, after.arena_bytes)
+    if before.peak and after.peak:
+        summary.live_peak_bytes = (before.peak.bytes, after.peak.bytes)
+        summary.live_peak = after.peak.to_dict()
+    summary.pte_bytes = len(after.pte)
     summary.verified_inputs = len(inputs)
-    return FixResult(summary, findings, stats, pte, lowered)
+    return FixResult(summary, findings, stats, after.pte, lowered)
 
 
 def output_path(folder: Path, name: str, output_dir: Path | None) -> Path:

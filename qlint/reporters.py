@@ -61,6 +61,12 @@ def fix_lines(fix: FixSummary) -> list[str]:
         (ops0, ops1), (el0, el1), (mem0, mem1) = fix.fp32_ops, fix.fp32_elements, fix.activation_bytes
         lines.append(f"  fp32 ops {ops0} -> {ops1}; fp32 elements per inference {el0} -> {el1}; "
                      f"planned activation memory {mem0} -> {mem1} bytes")
+        if fix.live_peak:
+            peak = fix.live_peak
+            where = f" ({peak['location']})" if peak["location"] else ""
+            lines.append(f"  live peak {fix.live_peak_bytes[0]} -> {fix.live_peak_bytes[1]} bytes, "
+                         f"at {peak['node']}{where}: {peak['fp32_bytes']} fp32, "
+                         f"{peak['input_bytes']} of them graph inputs")
     lines.append(f"  lowering repair: {'needed (linear feeding a batch matmul)' if fix.lowering_repair else 'not needed'}")
     return lines
 

@@ -62,6 +62,8 @@ def assert_sam(result: tuple[int, dict[str, Any]], artifact: str) -> None:
     assert len(norms) == 9
     assert all(f["details"]["reason"].startswith("data-dependent normalization") for f in norms)
     assert all("norm" in f["location"]["code"] for f in norms)
+    [coverage] = [f for f in data["findings"] if f["code"] == "QL005"]
+    assert coverage["message"].startswith("int8 coverage 81.8% < 90%: 16 of 88 compute ops run in fp32")
     [stats] = data["artifacts"]
     assert stats["lowered"] is True and stats["fp32_islands"] == 16
     assert stats["int_kernels"] == 32 + 19 + 14 + 7  # linear, add, bmm, softmax

@@ -1,0 +1,104 @@
+"""Where a planned activation arena goes: the live peak of ExecuTorch's memory plan.
+
+The arena size (`non_const_buffer_sizes`) depends on how the planner packs
+tensors; the live peak, the most bytes that must coexist at one step of the
+program, is a floor no plan of the same program can go below. What is live at
+that step says whether removing fp32 islands can shrink the arena at all, or
+whether something else (fp32 graph inputs, a LayerNorm) sets it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+from torch.fx import GraphModule, Node
+
+from qlint.source import locate
+
+_ARENA = 1  # mem_id of the planned activation arena; 0 is reserved
+
+
+@dataclass(frozen=True)
+class LivePeak:
+    bytes: int                  # live at the peak step: the floor for any plan
+    fp32_bytes: int             # of which fp32 tensors
+    input_bytes: int            # of which graph inputs
+    node: str                   # the operator that runs at that step
+    location: str | None = None  # the model source line that created it
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Buffer:
+    start: int
+    end: int
+    offset: int
+    size: int
+    fp32: bool
+    input: bool
+
+
+def _specs(node: Node) -> Iterable[Any]:
+    spec = node.meta.get("spec")
+    return spec if isinstance(spec, (list, tuple)) else [spec]
+
+
+def planned_buffers(graph_module: GraphModule) -> list[_Buffer]:
+    """Every arena tensor once; a view shares its base's bytes, so unions count it once."""
+    seen: dict[int, _Buffer] = {}
+    for node in graph_module.graph.nodes:
+        for spec in _specs(node):
+            if id(spec) in seen or getattr(spec, "mem_id", None) != _ARENA or spec.lifetime[0] is None:
+                continue
+            seen[id(spec)] = _Buffer(
+                spec.lifetime[0], spec.lifetime[1], spec.mem_offset, spec.allocated_memory,
+                spec.dtype == torch.float32, node.op == "placeholder",
+            )
+    return list(seen.values())
+
+
+def _covered(buffers: Iterable[_Buffer]) -> int:
+    """Bytes of the arena covered by these buffers (aliases overlap; live tensors never do)."""
+    total, reach = 0, 0
+    for b in sorted(buffers, key=lambda b: b.offset):
+        begin, end = max(b.offset, reach), b.offset + b.size
+        if end > begin:
+            total += end - begin
+        reach = max(reach, end)
+    return total
+
+
+def _operator_at(graph_module: GraphModule, step: int) -> Node | None:
+    """The first real operator at or after a plan step (steps index graph nodes; allocs are not ops)."""
+    nodes = list(graph_module.graph.nodes)
+    for node in nodes[step:]:
+        if node.op == "call_function" and "alloc" not in getattr(node.target, "__name__", ""):
+            return node
+    return None
+
+
+def live_peak(graph_module: GraphModule, root: Path) -> LivePeak | None:
+    """The step where the most planned bytes are live, and what they are."""
+    buffers = planned_buffers(graph_module)
+    if not buffers:
+        return None
+    best_step, best = 0, -1
+    for step in sorted({b.start for b in buffers}):  # the live set only grows where a lifetime starts
+        live = _covered(b for b in buffers if b.start <= step <= b.end)
+        if live > best:
+            best_step, best = step, live
+    live = [b for b in buffers if b.start <= best_step <= b.end]
+    node = _operator_at(graph_module, best_step)
+    where = locate(node.meta.get("stack_trace"), root) if node is not None else None
+    return LivePeak(
+        bytes=best,
+        fp32_bytes=_covered(b for b in live if b.fp32),
+        input_bytes=_covered(b for b in live if b.input),
+        node=node.name if node is not None else "<inputs>",
+        location=str(where) if where else None,
+    )
