@@ -148,6 +148,18 @@ def make_scale_into_concat() -> tuple:
     return ScaleIntoConcat(), _batches(shapes, 1)[0], _batches(shapes)
 
 
+class HalfIntoConcat(nn.Module):
+    """A power-of-two scale into a shared concat quantizer: not an identity, but exact as a rescale."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x / 2.0, y], dim=-1)
+
+
+def make_half_into_concat() -> tuple:
+    shapes = [(1, 8, 16), (1, 8, 16)]
+    return HalfIntoConcat(), _batches(shapes, 1)[0], _batches(shapes)
+
+
 class ScaleChain(nn.Module):
     """`x * a / b` with a reshape in between: one island, two constants."""
 

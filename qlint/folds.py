@@ -139,6 +139,8 @@ def plan_rescale(view: GraphView, scale_island, outputs: list[Node]) -> Fold | s
     [out] = outputs if len(outputs) == 1 else [None]
     if out is None:
         return "the island feeds more than one quantize"
+    if not _same_shape(scale_island.dq, outputs):
+        return "the island reshapes its input; a rescaled quantize would see the other shape"
     qp_out: QParams = view.qparams(out)
     dq = scale_island.dq
     qp_in = view.qparams(dq)

@@ -309,3 +309,26 @@ def test_int16_scale_that_cannot_fold_exactly_is_left_with_the_count(quantized: 
     assert left["reason"].startswith("folding into the output scale changes at least ")
     assert left["reason"].endswith("of 65535 int16 values for every candidate scale")
     assert "aten.div.Tensor" in ops(result.program)
+
+
+def test_int16_power_of_two_scale_folds_into_the_output_quantize(quantized: Callable[..., Any]) -> None:
+    """x / 2 into a concat's shared quantizer: not an identity, exact as a rescale."""
+    program = quantized("make_half_into_concat", int16=True)
+    config = Config(fold=FoldGuards(dtypes=("int8", "int16")))
+    unfixed = check_program(program, "half", config).lowered
+    result = fix(program, [example("make_half_into_concat")], config)
+    [fold] = result.summary.folds
+    assert fold["kind"] == "rescale" and fold["change"].startswith("rescale: remove aten.div.Tensor;")
+    assert "aten.div.Tensor" not in ops(result.program)
+    [div] = [n for n in unfixed.graph.nodes if n.op == "call_function" and op_name(n) == "aten.div.Tensor"]
+    dq, [q_node] = div.args[0], list(div.users)
+    original = q_node.args[1]
+    [new] = [n for n in result.program.graph.nodes if n.op == "call_function"
+             and op_name(n) == op_name(q_node) and "dequantize" in op_name(n.args[0]) and n.args[1] != original]
+    assert new.args[1] == 2 * original  # the divisor moved into the scale, exactly
+    # Every int16 value maps as the island maps it, with the graph's own ops.
+    values = dq.target(torch.arange(-32767, 32768, dtype=torch.int16), *dq.args[1:])
+    island = q_node.target(values / 2.0, *q_node.args[1:])
+    folded = q_node.target(values, new.args[1], *q_node.args[2:])
+    assert torch.equal(island, folded) and len(set(island.tolist())) > 1000
+    assert_same_outputs(unfixed, result.program, seeded(example("make_half_into_concat")))
