@@ -160,6 +160,30 @@ def make_half_into_concat() -> tuple:
     return HalfIntoConcat(), _batches(shapes, 1)[0], _batches(shapes)
 
 
+class ScaleThroughReshape(nn.Module):
+    """`x * 2` then a reshape then `/ 2`: an identity whose island changes the shape."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * 2.0).reshape(1, 16, 8) / 2.0
+
+
+def make_scale_through_reshape() -> tuple:
+    shapes = [(1, 8, 16)]
+    return ScaleThroughReshape(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+class ScaleThroughTranspose(nn.Module):
+    """A square transpose inside an island that is not an identity: the shape stays, the layout does not."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * 3.0).transpose(1, 2).abs()
+
+
+def make_scale_through_transpose() -> tuple:
+    shapes = [(1, 8, 8)]
+    return ScaleThroughTranspose(), _batches(shapes, 1)[0], _batches(shapes)
+
+
 class ScaleChain(nn.Module):
     """`x * a / b` with a reshape in between: one island, two constants."""
 

@@ -56,7 +56,7 @@ def _lut_node(program: Any, name: str, lut: torch.Tensor) -> Node:
 
 
 def _replay_reshapes(graph: Any, value: Node, reshapes: list[Node]) -> Node:
-    """Re-issue an island's shape ops on its integer input (a table commutes with them)."""
+    """Re-issue an island's shape ops on its integer input (an elementwise identity or table commutes with them)."""
     for node in reshapes:
         copy_ = graph.call_function(node.target, (value, *node.args[1:]), dict(node.kwargs))
         copy_.meta["val"] = node.meta["val"].to(value.meta["val"].dtype)
@@ -73,7 +73,8 @@ def apply(program: Any, fold: Fold) -> None:
     producer = fold.dq.args[0]
     for out in fold.outputs:
         if fold.kind == "identity":
-            replacement = producer
+            with graph.inserting_before(out):
+                replacement = _replay_reshapes(graph, producer, fold.reshapes)
         elif fold.kind == "table":
             lut = _lut_node(program, f"{out.name}_qlint_lut", fold.luts[out])
             with graph.inserting_before(out):

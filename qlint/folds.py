@@ -25,7 +25,7 @@ from torch.fx import Node
 
 from qlint.config import Config
 from qlint.evaluate import evaluate, input_domain, is_elementwise, runtime_input
-from qlint.graph_view import GraphView, Kind, QParams, op_name
+from qlint.graph_view import GraphView, Kind, op_name
 from qlint.islands import Island
 
 if TYPE_CHECKING:
@@ -43,15 +43,15 @@ class Fold:
     outputs: list[Node]       # the quantize nodes whose integers the fold reproduces
     removed: list[Node]       # island nodes (and the pair) that go away
     luts: dict[Node, torch.Tensor] = field(default_factory=dict)   # table: per output
-    reshapes: list[Node] = field(default_factory=list)              # table: shape ops to replay on int8
+    reshapes: list[Node] = field(default_factory=list)              # shape ops to replay on the integers
     scale: float | None = None                                      # rescale: new output scale
 
     def describe(self) -> str:
         ops = ", ".join(op_name(n) for n in [self.dq, *self.removed, *self.outputs])
+        replay = "".join(f"{op_name(n)} on integers, " for n in self.reshapes)
         if self.kind == "identity":
-            return f"identity: remove {ops}"
+            return f"identity: replace {ops} with {replay.removesuffix(', ') or 'nothing'}"
         if self.kind == "table":
-            replay = "".join(f"{op_name(n)} on int8, " for n in self.reshapes)
             return f"table: replace {ops} with {replay}cortex_m.quantized_activation (256-entry int8 table)"
         return f"rescale: remove {', '.join(op_name(n) for n in self.removed)}; output quantize scale -> {self.scale:.9g}"
 
@@ -67,11 +67,6 @@ def _q_outputs(view: GraphView, nodes: list[Node]) -> list[Node] | None:
     if nodes and all(view.kind(n) == Kind.QUANTIZE and view.qparams(n) is not None for n in nodes):
         return nodes
     return None
-
-
-def _same_shape(dq: Node, outputs: list[Node]) -> bool:
-    shape = dq.meta["val"].shape
-    return all(o.meta["val"].shape == shape for o in outputs)
 
 
 def _shape_chain(dq: Node, island: Island, out: Node) -> list[Node] | None:
@@ -96,25 +91,31 @@ def _shape_chain(dq: Node, island: Island, out: Node) -> list[Node] | None:
     return [n for n in reversed(path) if n not in island.compute]
 
 
+def _reshapes(dq: Node, island: Island, outputs: list[Node]) -> list[Node] | None:
+    """The island's shape ops, to replay on the integers: [] when it has none, None when
+    they have no single order. A transpose can keep the shape, so the ops are what count."""
+    if all(n in island.compute for n in island.nodes):
+        return []
+    return _shape_chain(dq, island, outputs[0]) if len(outputs) == 1 else None
+
+
 def plan_int_fold(view: GraphView, code: str, anchor: Node, dq: Node, island: Island, outputs: list[Node]) -> Fold | str:
     """Identity or table for an elementwise region from `dq` to its quantize `outputs`."""
     qp_in = view.qparams(dq)
     qps = [view.qparams(o) for o in outputs]
     if qp_in is None or any(q is None for q in qps):
         return "qparams are not per-tensor literals"
+    reshapes = _reshapes(dq, island, outputs)
+    if reshapes is None:
+        return "the island reshapes its input along more than one path"
     values, mask = input_domain(qp_in)
     reference = evaluate(view, island, dq, values)
     nodes = island.nodes
     if all(torch.equal(reference[o][mask], values[mask]) and qp.dtype == qp_in.dtype for o, qp in zip(outputs, qps, strict=True)):
-        return Fold("identity", code, anchor, dq, outputs, nodes)
+        return Fold("identity", code, anchor, dq, outputs, nodes, reshapes=reshapes)
     if qp_in.dtype == torch.int8 and all(qp.dtype == torch.int8 for qp in qps):
         luts = {o: reference[o].to(torch.int8) for o in outputs}
-        if _same_shape(dq, outputs):
-            return Fold("table", code, anchor, dq, outputs, nodes, luts=luts)
-        chain = _shape_chain(dq, island, outputs[0]) if len(outputs) == 1 else None
-        if chain is None:
-            return "the island reshapes its input along more than one path"
-        return Fold("table", code, anchor, dq, outputs, nodes, luts=luts, reshapes=chain)
+        return Fold("table", code, anchor, dq, outputs, nodes, luts=luts, reshapes=reshapes)
     return f"{qp_in.dtype_name} islands can only fold a constant scale into the output quantize"
 
 
@@ -139,32 +140,32 @@ def plan_rescale(view: GraphView, scale_island, outputs: list[Node]) -> Fold | s
     [out] = outputs if len(outputs) == 1 else [None]
     if out is None:
         return "the island feeds more than one quantize"
-    if not _same_shape(scale_island.dq, outputs):
-        return "the island reshapes its input; a rescaled quantize would see the other shape"
-    qp_out: QParams = view.qparams(out)
-    dq = scale_island.dq
-    qp_in = view.qparams(dq)
+    dq, island = scale_island.dq, scale_island.island
+    reshapes = _reshapes(dq, island, outputs)
+    if reshapes is None:
+        return "the island reshapes its input along more than one path"
+    qp_in, qp_out = view.qparams(dq), view.qparams(out)
     values, mask = input_domain(qp_in)
-    island = scale_island.island
     reference = evaluate(view, island, dq, values)[out][mask]
+    if torch.equal(reference, values[mask]) and qp_out.dtype == qp_in.dtype:
+        return Fold("identity", "QL001", island.anchor, dq, outputs, island.nodes, reshapes=reshapes)
+    if reshapes:
+        return "the island reshapes its input; a rescaled quantize would see the other shape"
     dequantized = dq.target(values, *dq.args[1:])
-    folded = None
-    best = None
+    found, best = None, None
     for new_scale in _scale_candidates(qp_out.scale / factor):
         if not (math.isfinite(new_scale) and FLOAT32_TINY <= new_scale < sys.float_info.max):
             return f"the folded scale {new_scale:g} is not a normal positive float"
         attempt = out.target(dequantized, new_scale, *out.args[2:])
         differing = int((attempt[mask] != reference).sum())
         if differing == 0:
-            folded = attempt
+            found = new_scale
             break
         best = differing if best is None else min(best, differing)
-    if folded is None:
+    if found is None:
         return (f"folding into the output scale changes at least {best} of {int(mask.sum())} "
                 f"{qp_in.dtype_name} values for every candidate scale")
-    if torch.equal(folded[mask], values[mask]):
-        return Fold("identity", "QL001", island.anchor, dq, outputs, island.nodes)
-    return Fold("rescale", "QL001", island.anchor, dq, outputs, island.nodes, scale=new_scale)
+    return Fold("rescale", "QL001", island.anchor, dq, outputs, island.nodes, scale=found)
 
 
 def plan_island(view: GraphView, island, scale_island, reason: str | None, config: Config, blocked: list[str]) -> Fold | str:  # type: ignore[no-untyped-def]

@@ -293,7 +293,7 @@ def test_chain_with_reshape_folds_to_a_table_after_the_reshape(quantized: Callab
     program = quantized("make_scale_chain")
     result = fix(program, [example("make_scale_chain")])
     [fold] = result.summary.folds
-    assert fold["kind"] == "table" and "aten.view_copy.default on int8" in fold["change"]
+    assert fold["kind"] == "table" and "aten.view_copy.default on integers" in fold["change"]
     assert not any(o.startswith(("aten.mul", "aten.div")) for o in ops(result.program))
     unfixed = check_program(program, "chain", Config())
     assert_same_outputs(unfixed.lowered, result.program, seeded(example("make_scale_chain")))
@@ -332,3 +332,21 @@ def test_int16_power_of_two_scale_folds_into_the_output_quantize(quantized: Call
     folded = q_node.target(values, new.args[1], *q_node.args[2:])
     assert torch.equal(island, folded) and len(set(island.tolist())) > 1000
     assert_same_outputs(unfixed, result.program, seeded(example("make_half_into_concat")))
+
+
+@pytest.mark.parametrize(("factory", "kind", "replayed"), [
+    ("make_scale_through_reshape", "identity", "aten.view_copy.default"),
+    ("make_scale_through_transpose", "table", "aten.permute_copy.default"),
+])
+def test_shape_ops_inside_an_island_are_replayed_on_the_integers(
+    quantized: Callable[..., Any], factory: str, kind: str, replayed: str
+) -> None:
+    """An identity must still reshape; a square transpose keeps the shape but not the layout."""
+    program = quantized(factory)
+    result = fix(program, [example(factory)])
+    [fold] = result.summary.folds
+    assert fold["kind"] == kind and f"{replayed} on integers" in fold["change"]
+    assert not any(o.startswith(("aten.mul", "aten.div")) for o in ops(result.program))
+    assert replayed in ops(result.program)
+    unfixed = check_program(program, factory, Config()).lowered
+    assert_same_outputs(unfixed, result.program, seeded(example(factory)))
