@@ -184,6 +184,18 @@ def make_scale_through_transpose() -> tuple:
     return ScaleThroughTranspose(), _batches(shapes, 1)[0], _batches(shapes)
 
 
+class HalfPrecisionIsland(nn.Module):
+    """A dtype conversion inside an island: not data movement, so not replayable on integers."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x * 3.0).to(torch.float16) / 7.0).to(torch.float32).abs()
+
+
+def make_half_precision_island() -> tuple:
+    shapes = [(1, 8, 8)]
+    return HalfPrecisionIsland(), _batches(shapes, 1)[0], _batches(shapes)
+
+
 class ScaleChain(nn.Module):
     """`x * a / b` with a reshape in between: one island, two constants."""
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from qlint.graph_view import GraphView, Kind, QParams, base_name, op_name
+from qlint.graph_view import GraphView, Kind, QParams, base_name, op_name, output_dtype
 from qlint.islands import Island
 
 # Ops that act on each element alone: shape ops around them may be skipped when
@@ -70,8 +70,9 @@ def evaluate(view: GraphView, island: Island, dq: Node, values: torch.Tensor) ->
     """
     env: dict[Node, torch.Tensor] = {dq: dq.target(values, *dq.args[1:], **dq.kwargs)}
     for node in island.nodes:
-        if node not in island.compute:
-            env[node] = env[node.args[0]]
+        if node not in island.compute:  # data movement, or a dtype conversion that rounds
+            source, dtype = env[node.args[0]], output_dtype(node)
+            env[node] = source.to(dtype) if dtype is not None and dtype != source.dtype else source
             continue
         args = _arg(view, env, node.args)
         kwargs = {k: _arg(view, env, v) for k, v in node.kwargs.items()}

@@ -25,7 +25,7 @@ from torch.fx import Node
 
 from qlint.config import Config
 from qlint.evaluate import evaluate, input_domain, is_elementwise, runtime_input
-from qlint.graph_view import GraphView, Kind, op_name
+from qlint.graph_view import GraphView, Kind, op_name, output_dtype
 from qlint.islands import Island
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class Fold:
         ops = ", ".join(op_name(n) for n in [self.dq, *self.removed, *self.outputs])
         replay = "".join(f"{op_name(n)} on integers, " for n in self.reshapes)
         if self.kind == "identity":
-            return f"identity: replace {ops} with {replay.removesuffix(', ') or 'nothing'}"
+            return f"identity: replace {ops} with {replay.removesuffix(', ')}" if replay else f"identity: remove {ops}"
         if self.kind == "table":
             return f"table: replace {ops} with {replay}cortex_m.quantized_activation (256-entry int8 table)"
         return f"rescale: remove {', '.join(op_name(n) for n in self.removed)}; output quantize scale -> {self.scale:.9g}"
@@ -91,12 +91,18 @@ def _shape_chain(dq: Node, island: Island, out: Node) -> list[Node] | None:
     return [n for n in reversed(path) if n not in island.compute]
 
 
-def _reshapes(dq: Node, island: Island, outputs: list[Node]) -> list[Node] | None:
-    """The island's shape ops, to replay on the integers: [] when it has none, None when
-    they have no single order. A transpose can keep the shape, so the ops are what count."""
+def _reshapes(dq: Node, island: Island, outputs: list[Node]) -> list[Node] | str:
+    """The island's shape ops, to replay on the integers ([] when it has none), or why they cannot be.
+
+    The ops decide, not the shapes: a square transpose keeps the shape.
+    """
     if all(n in island.compute for n in island.nodes):
         return []
-    return _shape_chain(dq, island, outputs[0]) if len(outputs) == 1 else None
+    chain = _shape_chain(dq, island, outputs[0]) if len(outputs) == 1 else None
+    if chain is None:
+        return "the island reshapes its input along more than one path"
+    # A dtype conversion is part of the function (evaluated, so in the table), not data movement.
+    return [n for n in chain if output_dtype(n) == output_dtype(n.args[0])]
 
 
 def plan_int_fold(view: GraphView, code: str, anchor: Node, dq: Node, island: Island, outputs: list[Node]) -> Fold | str:
@@ -106,8 +112,8 @@ def plan_int_fold(view: GraphView, code: str, anchor: Node, dq: Node, island: Is
     if qp_in is None or any(q is None for q in qps):
         return "qparams are not per-tensor literals"
     reshapes = _reshapes(dq, island, outputs)
-    if reshapes is None:
-        return "the island reshapes its input along more than one path"
+    if isinstance(reshapes, str):
+        return reshapes
     values, mask = input_domain(qp_in)
     reference = evaluate(view, island, dq, values)
     nodes = island.nodes
@@ -142,8 +148,8 @@ def plan_rescale(view: GraphView, scale_island, outputs: list[Node]) -> Fold | s
         return "the island feeds more than one quantize"
     dq, island = scale_island.dq, scale_island.island
     reshapes = _reshapes(dq, island, outputs)
-    if reshapes is None:
-        return "the island reshapes its input along more than one path"
+    if isinstance(reshapes, str):
+        return reshapes
     qp_in, qp_out = view.qparams(dq), view.qparams(out)
     values, mask = input_domain(qp_in)
     reference = evaluate(view, island, dq, values)[out][mask]

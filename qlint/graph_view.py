@@ -134,6 +134,14 @@ def is_float(node: Node) -> bool:
     return isinstance(val, torch.Tensor) and val.is_floating_point()
 
 
+def output_dtype(node: Node) -> torch.dtype | None:
+    """The dtype a node produces (the first part's, for split and friends)."""
+    val = output_value(node)
+    if isinstance(val, (tuple, list)):
+        val = val[0] if val else None
+    return getattr(val, "dtype", None)
+
+
 def numel(node: Node) -> int:
     val = output_value(node)
     if isinstance(val, (tuple, list)):

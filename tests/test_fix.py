@@ -350,3 +350,25 @@ def test_shape_ops_inside_an_island_are_replayed_on_the_integers(
     assert replayed in ops(result.program)
     unfixed = check_program(program, factory, Config()).lowered
     assert_same_outputs(unfixed, result.program, seeded(example(factory)))
+
+
+def test_a_dtype_conversion_inside_an_island_is_evaluated_not_replayed(quantized: Callable[..., Any]) -> None:
+    """`.to(float16)` rounds: the table must include that rounding, and no conversion is replayed on int8."""
+    program = quantized("make_half_precision_island")
+    result = fix(program, [example("make_half_precision_island")])
+    [fold] = result.summary.folds
+    assert fold["kind"] == "table" and "on integers" not in fold["change"]
+    assert not any("to_dim_order_copy" in o or o.startswith(("aten.mul", "aten.div")) for o in ops(result.program))
+    unfixed = check_program(program, "half", Config()).lowered
+    # Every int8 input, against the model's own math with the graph's qparams.
+    [mul] = [n for n in unfixed.graph.nodes if n.op == "call_function" and op_name(n) == "aten.mul.Tensor"]
+    [abs_] = [n for n in unfixed.graph.nodes if n.op == "call_function" and op_name(n) == "aten.abs.default"]
+    dq, [q_out] = mul.args[0], list(abs_.users)
+    q = torch.arange(-128, 128, dtype=torch.int8)
+    x = dq.target(q, *dq.args[1:])
+    expected = q_out.target(((x * 3.0).to(torch.float16) / 7.0).to(torch.float32).abs(), *q_out.args[1:])
+    rounded_once = q_out.target((x * 3.0 / 7.0).abs(), *q_out.args[1:])
+    assert not torch.equal(expected, rounded_once)  # float16 rounding changes some entries
+    [lut] = luts(result.program)
+    assert torch.equal(lut[q.to(torch.int64) + 128], expected)
+    assert_same_outputs(unfixed, result.program, seeded(example("make_half_precision_island")))
