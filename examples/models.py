@@ -196,6 +196,27 @@ def make_half_precision_island() -> tuple:
     return HalfPrecisionIsland(), _batches(shapes, 1)[0], _batches(shapes)
 
 
+class VectorScale(nn.Module):
+    """`x / w` with a 16-element buffer: per-channel (varies by position) or uniform (all 4.0)."""
+
+    def __init__(self, uniform: bool) -> None:
+        super().__init__()
+        self.register_buffer("w", torch.full((16,), 4.0) if uniform else torch.linspace(0.5, 2.0, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x / self.w).abs()
+
+
+def make_per_channel_scale() -> tuple:
+    shapes = [(1, 8, 16)]
+    return VectorScale(uniform=False), _batches(shapes, 1)[0], _batches(shapes)
+
+
+def make_uniform_vector_scale() -> tuple:
+    shapes = [(1, 8, 16)]
+    return VectorScale(uniform=True), _batches(shapes, 1)[0], _batches(shapes)
+
+
 class ScaleChain(nn.Module):
     """`x * a / b` with a reshape in between: one island, two constants."""
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from qlint.graph_view import GraphView, Kind, QParams, base_name, op_name, output_dtype
+from qlint.graph_view import GraphView, Kind, QParams, base_name, op_name, output_dtype, output_value
 from qlint.islands import Island
 
 # Ops that act on each element alone: shape ops around them may be skipped when
@@ -45,8 +45,36 @@ def runtime_input(view: GraphView, island: Island) -> Node | None:
     return None
 
 
-def is_elementwise(island: Island) -> bool:
-    return all(base_name(op_name(n)) in ELEMENTWISE for n in island.compute)
+def _uniform(value: torch.Tensor) -> torch.Tensor | None:
+    """A constant as the one value every position sees, or None if it varies.
+
+    Sizes become 1 but the rank and dtype stay, so type promotion is the graph's.
+    """
+    flat = value.detach().flatten()
+    if flat.numel() == 0 or not bool(torch.all(flat == flat[0])):
+        return None
+    return flat[0].reshape([1] * value.dim())
+
+
+def not_per_integer(view: GraphView, island: Island) -> str | None:
+    """Why the island is not one function applied to each input integer alone; None when it is.
+
+    Only then does running it on a flat vector of every integer describe it:
+    a non-elementwise op, a constant that differs by position, or a constant
+    that broadcasts the input to a larger shape each break that.
+    """
+    for node in island.compute:
+        if base_name(op_name(node)) not in ELEMENTWISE:
+            return f"not an elementwise function of its input ({op_name(node)})"
+        for arg in node.args:
+            constant = view.constant(arg) if isinstance(arg, Node) else None
+            if constant is not None and _uniform(constant.value) is None:
+                return f"per-channel constant {constant.name} ({constant.numel} elements)"
+        runtime = [a for a in node.all_input_nodes if view.constant(a) is None]
+        shape = getattr(output_value(node), "shape", None)
+        if runtime and shape != getattr(output_value(runtime[0]), "shape", None):
+            return f"{op_name(node)} broadcasts its input to a larger shape"
+    return None
 
 
 def _arg(view: GraphView, env: dict[Node, torch.Tensor], arg: Any) -> Any:
@@ -54,9 +82,10 @@ def _arg(view: GraphView, env: dict[Node, torch.Tensor], arg: Any) -> Any:
         if arg in env:
             return env[arg]
         constant = view.constant(arg)
-        if constant is None:
-            raise ValueError(f"operand {arg.name} is neither computed nor constant")
-        return constant.value
+        value = None if constant is None else _uniform(constant.value)
+        if value is None:
+            raise ValueError(f"operand {arg.name} is neither computed nor one constant value")
+        return value
     if isinstance(arg, (list, tuple)):
         return type(arg)(_arg(view, env, a) for a in arg)
     return arg
@@ -65,8 +94,8 @@ def _arg(view: GraphView, env: dict[Node, torch.Tensor], arg: Any) -> Any:
 def evaluate(view: GraphView, island: Island, dq: Node, values: torch.Tensor) -> dict[Node, torch.Tensor]:
     """Integer outputs of each quantize consumer for the given input integers.
 
-    Only meaningful for elementwise islands: shape ops are treated as identity
-    on the flat vector of inputs.
+    Only meaningful where `not_per_integer` is None: shape ops are treated as
+    identity on the flat vector of inputs, constants as their one value.
     """
     env: dict[Node, torch.Tensor] = {dq: dq.target(values, *dq.args[1:], **dq.kwargs)}
     for node in island.nodes:
@@ -94,7 +123,7 @@ def identity_on_ints(view: GraphView, island: Island) -> bool | None:
     elementwise, or an output that is not a quantize of the same dtype).
     """
     dq = runtime_input(view, island)
-    if dq is None or not is_elementwise(island):
+    if dq is None or not_per_integer(view, island):
         return None
     qp_in = view.qparams(dq)
     if qp_in is None or any(view.kind(o) != Kind.QUANTIZE for o in island.outputs):

@@ -24,7 +24,7 @@ import torch
 from torch.fx import Node
 
 from qlint.config import Config
-from qlint.evaluate import evaluate, input_domain, is_elementwise, runtime_input
+from qlint.evaluate import evaluate, input_domain, not_per_integer, runtime_input
 from qlint.graph_view import GraphView, Kind, op_name, output_dtype
 from qlint.islands import Island
 
@@ -182,8 +182,9 @@ def plan_island(view: GraphView, island, scale_island, reason: str | None, confi
     dq = runtime_input(view, island)
     if dq is None:
         return reason or "more than one runtime input"
-    if not is_elementwise(island):
-        return reason or "not an elementwise function of its input"
+    why = not_per_integer(view, island)
+    if why:
+        return reason or why
     outputs = _q_outputs(view, island.outputs)
     if outputs is None:
         return "an output does not go to a per-tensor quantize"

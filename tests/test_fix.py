@@ -372,3 +372,22 @@ def test_a_dtype_conversion_inside_an_island_is_evaluated_not_replayed(quantized
     [lut] = luts(result.program)
     assert torch.equal(lut[q.to(torch.int64) + 128], expected)
     assert_same_outputs(unfixed, result.program, seeded(example("make_half_precision_island")))
+
+
+def test_a_per_channel_constant_is_reported_and_left_not_evaluated(quantized: Callable[..., Any]) -> None:
+    """A constant that differs by position makes the island no function of one integer: no table."""
+    program = quantized("make_per_channel_scale")
+    [finding] = [f for f in lint(program) if f.code == "QL002"]
+    assert "per-channel constant" in finding.message and not finding.fixable
+    result = fix(program, [example("make_per_channel_scale")])
+    assert result.summary.folds == []
+    assert [item["reason"] for item in result.summary.left] == ["per-channel constant _tensor_constant0 (16 elements)"]
+
+
+def test_a_uniform_vector_constant_folds_like_a_scalar(quantized: Callable[..., Any]) -> None:
+    program = quantized("make_uniform_vector_scale")
+    result = fix(program, [example("make_uniform_vector_scale")])
+    [fold] = result.summary.folds  # QL002: the island is x / w then abs
+    assert fold["code"] == "QL002" and fold["kind"] == "table"
+    unfixed = check_program(program, "uniform", Config()).lowered
+    assert_same_outputs(unfixed, result.program, seeded(example("make_uniform_vector_scale")))
