@@ -184,6 +184,18 @@ def make_scale_through_transpose() -> tuple:
     return ScaleThroughTranspose(), _batches(shapes, 1)[0], _batches(shapes)
 
 
+class SplitIsland(nn.Module):
+    """A split inside an island: a multi-output shape op, replayed on int8 with its getitem."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.split(x / 3.0, 8, dim=-1)[0].abs()
+
+
+def make_split_island() -> tuple:
+    shapes = [(1, 8, 16)]
+    return SplitIsland(), _batches(shapes, 1)[0], _batches(shapes)
+
+
 class HalfPrecisionIsland(nn.Module):
     """A dtype conversion inside an island: not data movement, so not replayable on integers."""
 

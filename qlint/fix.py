@@ -18,9 +18,13 @@ from torch.fx import Node
 from qlint.config import Config
 from qlint.findings import ArtifactStats, Finding, FixSummary
 from qlint.folds import Fold
-from qlint.graph_view import GraphView, Kind, constant_inputs
+from qlint.graph_view import GraphView, Kind, constant_inputs, output_dtype
 from qlint.islands import requantize_pairs
 from qlint.memory import LivePeak, live_peak
+
+
+class FixError(Exception):
+    """The artifact cannot be fixed: one line, nothing written."""
 
 
 class VerificationError(Exception):
@@ -59,7 +63,8 @@ def _replay_reshapes(graph: Any, value: Node, reshapes: list[Node]) -> Node:
     """Re-issue an island's shape ops on its integer input (an elementwise identity or table commutes with them)."""
     for node in reshapes:
         copy_ = graph.call_function(node.target, (value, *node.args[1:]), dict(node.kwargs))
-        copy_.meta["val"] = node.meta["val"].to(value.meta["val"].dtype)
+        dtype, val = output_dtype(value), node.meta["val"]
+        copy_.meta["val"] = type(val)(v.to(dtype) for v in val) if isinstance(val, (list, tuple)) else val.to(dtype)
         copy_.meta["stack_trace"] = node.meta.get("stack_trace")
         value = copy_
     return value
@@ -137,13 +142,21 @@ class Serialized:
     peak: LivePeak | None       # what the plan must hold at once, and where
 
 
-def to_pte(program: Any, root: Path) -> Serialized:
-    """Serialize a lowered program (a copy: to_executorch rewrites in place) and read its memory plan."""
+def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
+    """Serialize a lowered program (a copy: to_executorch rewrites in place) and read its memory plan.
+
+    Raises FixError naming `which` program when ExecuTorch cannot serialize it.
+    """
     from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
     from executorch.exir import EdgeProgramManager
 
-    manager = EdgeProgramManager({"forward": copy.deepcopy(program)}, compile_config=cortex_m_edge_compile_config())
-    executorch = manager.to_executorch()
+    from qlint.lowering import first_line
+
+    try:
+        manager = EdgeProgramManager({"forward": copy.deepcopy(program)}, compile_config=cortex_m_edge_compile_config())
+        executorch = manager.to_executorch()
+    except Exception as exc:
+        raise FixError(f"to_executorch failed on the {which} program: {type(exc).__name__}: {first_line(exc)}") from None
     plan_ = executorch.executorch_program.execution_plan[0]
     peak = live_peak(executorch.exported_program().graph_module, root)
     return Serialized(executorch.buffer, int(sum(plan_.non_const_buffer_sizes)), peak)
@@ -152,10 +165,6 @@ def to_pte(program: Any, root: Path) -> Serialized:
 def fp32_ops(view: GraphView) -> int:
     """Float compute ops, counting each dequantize -> quantize round trip as one."""
     return sum(1 for n in view.nodes if view.kind(n) == Kind.FP_COMPUTE) + len(requantize_pairs(view))
-
-
-class FixError(Exception):
-    """The artifact cannot be fixed: one line, nothing written."""
 
 
 @dataclass
@@ -205,7 +214,7 @@ def fix_program(
         summary.fp32_ops = (ops_before, ops_before)
         summary.fp32_elements = (elements_before, elements_before)
         return FixResult(summary, checked.findings, checked.stats, None)
-    before = to_pte(lowered, config.root)
+    before = to_pte(lowered, config.root, "unfixed")
     try:
         reference = run_program(lowered, inputs)
     except Exception as exc:  # the inputs do not fit the program
@@ -219,7 +228,7 @@ def fix_program(
     compare(reference, run_program(lowered, inputs))
     view = GraphView(lowered)
     findings, stats, _ = check(view, artifact, config)
-    after = to_pte(lowered, config.root)
+    after = to_pte(lowered, config.root, "fixed")
     summary.fp32_ops = (ops_before, fp32_ops(view))
     summary.fp32_elements = (elements_before, stats.fp32_elements)
     summary.activation_bytes = (before.arena_bytes, after.arena_bytes)

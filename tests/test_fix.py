@@ -337,6 +337,7 @@ def test_int16_power_of_two_scale_folds_into_the_output_quantize(quantized: Call
 @pytest.mark.parametrize(("factory", "kind", "replayed"), [
     ("make_scale_through_reshape", "identity", "aten.view_copy.default"),
     ("make_scale_through_transpose", "table", "aten.permute_copy.default"),
+    ("make_split_island", "table", "aten.split_with_sizes_copy.default"),
 ])
 def test_shape_ops_inside_an_island_are_replayed_on_the_integers(
     quantized: Callable[..., Any], factory: str, kind: str, replayed: str
@@ -391,3 +392,20 @@ def test_a_uniform_vector_constant_folds_like_a_scalar(quantized: Callable[..., 
     assert fold["code"] == "QL002" and fold["kind"] == "table"
     unfixed = check_program(program, "uniform", Config()).lowered
     assert_same_outputs(unfixed, result.program, seeded(example("make_uniform_vector_scale")))
+
+
+def test_a_program_executorch_cannot_serialize_is_a_one_line_error() -> None:
+    """A model with no outputs lowers, but to_executorch's memory planner refuses it."""
+    from qlint.api import FixError
+    from qlint.quantize import quantize
+
+    class NoOutput(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> None:
+            (x / 3.0).abs()
+
+    x = torch.randn(1, 8, 16, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(FixError) as caught:
+        fix(quantize(NoOutput(), (x,)), [(x,)])
+    assert str(caught.value) == (
+        "to_executorch failed on the unfixed program: AssertionError: graph_output_allocated not set"
+    )
