@@ -51,7 +51,7 @@ def _uniform(value: torch.Tensor) -> torch.Tensor | None:
     Sizes become 1 but the rank and dtype stay, so type promotion is the graph's.
     """
     flat = value.detach().flatten()
-    if flat.numel() == 0 or not bool(torch.all(flat == flat[0])):
+    if flat.numel() == 0 or (flat.numel() > 1 and not bool(torch.all(flat == flat[0]))):  # NaN != NaN
         return None
     return flat[0].reshape([1] * value.dim())
 
