@@ -1,8 +1,9 @@
 """Answer a check of an unchanged artifact from disk, without importing torch.
 
 An entry is keyed by the artifact's bytes, its displayed name, the config
-(contents, mtime and command-line overrides) and the versions of qlint, torch,
-torchao and executorch (read from package metadata, not by importing them).
+(contents, mtime and command-line overrides), a hash of qlint's own code and
+the versions of qlint, torch, torchao and executorch (read from package
+metadata, not by importing them).
 Entries are JSON; anything that does not parse into findings is ignored and
 rewritten, never trusted.
 """
@@ -13,7 +14,8 @@ import dataclasses
 import hashlib
 import json
 import os
-from importlib import metadata
+from functools import lru_cache
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,23 @@ def default_dir() -> Path:
     return Path(base) / "qlint"
 
 
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """A hash of qlint's own modules and rule catalog.
+
+    Installs from different git revisions (a pre-commit `rev:` bump, an
+    editable checkout) share a version number; their results must not.
+    """
+    package = Path(__file__).resolve().parent
+    rules = Path(str(resources.files("qlint._rules")))
+    digest = hashlib.sha256()
+    for file in sorted([*package.glob("*.py"), *rules.glob("*.yaml")], key=lambda f: f.name):
+        digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
+
+
 def _versions() -> dict[str, str]:
-    found = {"qlint": __version__}
+    found = {"qlint": __version__, "qlint-code": code_fingerprint()}
     for name in STACK:
         try:
             found[name] = metadata.version(name)

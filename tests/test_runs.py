@@ -71,6 +71,25 @@ def test_corrupt_cache_entries_are_ignored_and_rewritten(zoo: Path, tmp_path: Pa
         assert json.loads(entry.read_text())["findings"]  # rewritten
 
 
+def test_cache_key_covers_qlint_code_and_rules(zoo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two revisions of qlint share version 0.1.0; a pre-commit rev bump must not reuse results."""
+    import hashlib
+
+    from qlint import cache
+    from qlint.config import Config
+
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for file in sorted([*(root / "qlint").glob("*.py"), *(root / "rules").glob("*.yaml")], key=lambda f: f.name):
+        digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    assert cache.code_fingerprint() == digest.hexdigest()
+
+    artifact = zoo / "attention.pt2"
+    before = cache.Cache(tmp_path, Config(), {}).key(artifact, "attention.pt2")
+    monkeypatch.setattr(cache, "code_fingerprint", lambda: "another revision")
+    assert cache.Cache(tmp_path, Config(), {}).key(artifact, "attention.pt2") != before
+
+
 def test_jobs_output_equals_serial_output(zoo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     serial = run_cli(["check", "--no-cache", "--output-format", "json", str(zoo)], capsys)
     parallel = run_cli(["check", "--no-cache", "--jobs", "2", "--output-format", "json", str(zoo)], capsys)
