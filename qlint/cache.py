@@ -14,17 +14,21 @@ import dataclasses
 import hashlib
 import json
 import os
+import typing
 from functools import lru_cache
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
 from qlint import __version__
-from qlint.config import Config
-from qlint.findings import ArtifactStats, Finding, Location, Report
+from qlint.config import CONFIG_MAX_BYTES, Config
+from qlint.catalog import load_catalog
+from qlint.findings import SEVERITIES, ArtifactStats, Finding, Location, Report
+from qlint.inputs import ReadError, read_input
 from qlint.output import write_atomic
 
 SCHEMA = 1
+ENTRY_MAX_BYTES = 16 << 20
 STACK = ("torch", "torchao", "executorch", "tosa-tools")
 
 
@@ -63,9 +67,12 @@ def _versions() -> dict[str, str]:
 def _config_fingerprint(config: Config) -> str:
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "path"}
     text = json.dumps(fields, default=str, sort_keys=True)
-    if config.path is not None and config.path.exists():
-        stat = config.path.stat()
-        text += f"|{config.path.resolve()}|{stat.st_mtime_ns}|{hashlib.sha256(config.path.read_bytes()).hexdigest()}"
+    if config.path is not None:
+        try:
+            body = read_input(config.path, CONFIG_MAX_BYTES, "config file")
+            text += f"|{config.path.absolute()}|{config.path.stat().st_mtime_ns}|{hashlib.sha256(body).hexdigest()}"
+        except (ReadError, OSError):
+            text += "|unreadable"
     return text
 
 
@@ -77,27 +84,23 @@ class Cache:
             sort_keys=True, default=str,
         )
 
-    def key(self, path: Path, artifact: str) -> str:
+    def key(self, data: bytes, artifact: str) -> str:
+        """The entry for these artifact bytes: the same bytes that are checked on a miss."""
         digest = hashlib.sha256(self.salt.encode())
         digest.update(artifact.encode() + b"\0")
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        digest.update(data)
         return digest.hexdigest()
 
     def _file(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> Report | None:
+    def get(self, key: str, artifact: str) -> Report | None:
+        """The cached report of `artifact`, or None when missing or not exactly what `put` writes."""
         try:
-            data = json.loads(self._file(key).read_text(encoding="utf-8"))
-            if data.get("schema") != SCHEMA:
-                return None
-            findings = [_finding(f) for f in data["findings"]]
-            stats = [ArtifactStats(**s) for s in data["stats"]]
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            return None  # missing or corrupt: recompute and rewrite
-        return Report(findings=findings, stats=stats)
+            data = json.loads(read_input(self._file(key), ENTRY_MAX_BYTES, "cache entry"))
+            return _report(data, artifact)
+        except (ReadError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return None  # missing, corrupt or tampered with: recompute and rewrite
 
     def put(self, key: str, report: Report) -> None:
         if report.errors:
@@ -112,6 +115,50 @@ class Cache:
             pass  # a read-only cache only costs speed
 
 
-def _finding(data: dict[str, Any]) -> Finding:
-    location = Location(**data["location"]) if data["location"] else None
-    return Finding(**{**data, "location": location})
+def _report(data: Any, artifact: str) -> Report | None:
+    """Rebuild a report, checking every field's type: a well-formed entry that says less
+    than a real check (no summary row, a finding of another artifact) is no answer."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or set(data) != {"schema", "findings", "stats"}:
+        return None
+    if not isinstance(data["stats"], list) or len(data["stats"]) != 1 or not isinstance(data["findings"], list):
+        return None
+    stats = _record(ArtifactStats, data["stats"][0])
+    findings = [_finding(item) for item in data["findings"]]
+    if stats is None or stats.artifact != artifact or any(f is None or f.artifact != artifact for f in findings):
+        return None
+    return Report(findings=findings, stats=[stats], checked=1)  # type: ignore[arg-type]
+
+
+def _record(cls: Any, data: Any, **nested: Any) -> Any:
+    """`cls(**data)` when data has exactly cls's fields, each of its annotated type."""
+    hints = typing.get_type_hints(cls)
+    if not isinstance(data, dict) or set(data) != set(hints):
+        return None
+    for name, value in data.items():
+        if name in nested:
+            continue
+        allowed = _TYPES[hints[name]]
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            return None
+    return cls(**{**data, **nested})
+
+
+def _finding(data: Any) -> Finding | None:
+    if not isinstance(data, dict) or "location" not in data:
+        return None
+    location = None
+    if data["location"] is not None:
+        location = _record(Location, data["location"])
+        if location is None:
+            return None
+    finding = _record(Finding, data, location=location)
+    if finding is None or finding.code not in load_catalog() or finding.severity not in SEVERITIES[:-1]:
+        return None
+    return finding
+
+
+# Field annotations of the cached records -> the JSON types that may fill them.
+_TYPES: dict[Any, tuple[type, ...]] = {
+    str: (str,), int: (int,), bool: (bool,), float: (float, int),
+    dict[str, Any]: (dict,), Location | None: (dict, type(None)),
+}

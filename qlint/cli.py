@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from qlint import __version__
+from qlint.inputs import printable
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 COMMANDS = ("check", "fix", "rule", "rules", "init")
@@ -140,10 +141,14 @@ def cmd_init(path: Path) -> int:
     from qlint.config import DEFAULT_CONFIG
     from qlint.output import write_atomic
 
-    if path.exists():
-        print(f"qlint: {path} already exists; not overwriting", file=sys.stderr)
+    if path.exists() or path.is_symlink():
+        print(f"qlint: {printable(str(path))} already exists; not overwriting", file=sys.stderr)
         return EXIT_ERROR
-    write_atomic(path, DEFAULT_CONFIG.encode())
+    try:
+        write_atomic(path, DEFAULT_CONFIG.encode())
+    except OSError as exc:
+        print(f"qlint: error: cannot write {printable(str(path))}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
     print(f"wrote {path}")
     return EXIT_OK
 
@@ -153,7 +158,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     try:
         config_path = args.config if args.config else find_config(Path.cwd())
-        if args.config and not args.config.is_file():
+        if args.config and not (args.config.exists() or args.config.is_symlink()):
             raise ConfigError(args.config, 0, "<file>", "no such config file")
         config = load_config(config_path)
         for option, codes in (("--select", args.select), ("--ignore", args.ignore)):
@@ -163,7 +168,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 check_selectors(codes, err)
         config = config.with_overrides(target_cpu=args.target_cpu, select=args.select, ignore=args.ignore)
     except ConfigError as exc:
-        print(f"qlint: config error: {exc}", file=sys.stderr)
+        print(f"qlint: config error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
 
     from qlint import backend, engine, reporters
@@ -195,9 +200,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     from qlint.suppressions import BaselineError, apply_baseline, apply_suppressions, write_baseline
 
     apply_suppressions(report, config)
+    if report.checked == 0 and not report.errors:
+        where = f" in shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""
+        print(f"qlint: warning: no artifacts found{where}", file=sys.stderr)
     if args.write_baseline:
-        write_baseline(report, args.write_baseline)
-        print(f"wrote {len(report.findings)} findings to {args.write_baseline}", file=sys.stderr)
+        try:
+            write_baseline(report, args.write_baseline)
+        except BaselineError as exc:
+            print(f"qlint: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        print(f"wrote {len(report.findings)} findings to {printable(str(args.write_baseline))}", file=sys.stderr)
         return EXIT_ERROR if report.errors else EXIT_OK
     if args.baseline:
         try:
@@ -220,7 +232,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         try:
             write_atomic(path, (reporters.FORMATS[fmt](report) + "\n").encode())
         except OSError as exc:
-            print(f"qlint: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+            print(f"qlint: error: cannot write {printable(str(path))}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_ERROR
 
     if report.errors:

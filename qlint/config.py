@@ -7,16 +7,24 @@ is only cheap to fix when it points at the spot.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import yaml
 
 from qlint.catalog import load_catalog
 from qlint.findings import SEVERITIES
+from qlint.inputs import ReadError, printable, read_input
+
+if TYPE_CHECKING:
+    from qlint.archive import ArchiveLimits
 
 CONFIG_NAME = ".qlint.yaml"
+CONFIG_MAX_BYTES = 1 << 20
+# The YAML tags a config may carry: plain scalars, lists and mappings (no
+# !!python/..., !!timestamp, !!binary or application tags).
+_PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map")}
 CPUS = (
     "cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m23",
     "cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85",
@@ -43,6 +51,27 @@ class FoldGuards:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """Bounds on what an input may cost: a hostile artifact gets an error, not the machine."""
+
+    file_mb: float = 64         # the largest .pt2, .pte, config or baseline read
+    entry_mb: float = 32        # one .pt2 entry after decompression (all entries: twice file_mb)
+    tensor_mb: float = 256      # all tensors a program's graph declares, together
+    timeout_s: float = 900      # one target (export, quantization, checks), .pte or, with --jobs, artifact
+    memory_mb: float = 4096     # what such a child process may allocate on top of the loaded stack
+
+    @property
+    def file_bytes(self) -> int:
+        return int(self.file_mb * (1 << 20))
+
+    def archive(self) -> "ArchiveLimits":
+        from qlint.archive import ArchiveLimits
+
+        return ArchiveLimits(entry_bytes=int(self.entry_mb * (1 << 20)), total_bytes=2 * self.file_bytes,
+                             tensor_bytes=int(self.tensor_mb * (1 << 20)))
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     factory: str
@@ -61,6 +90,7 @@ class Config:
     severities: dict[str, str] = field(default_factory=dict)
     coverage_threshold: float = 0.9
     fold: FoldGuards = field(default_factory=FoldGuards)
+    limits: Limits = field(default_factory=Limits)
     targets: tuple[Target, ...] = ()
 
     @property
@@ -109,15 +139,19 @@ def load_config(path: Path | None) -> Config:
     if path is None:
         return Config()
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(path, 0, "<file>", f"cannot read: {exc.strerror}") from None
+        text = read_input(path, CONFIG_MAX_BYTES, "config file").decode("utf-8")
+    except ReadError as exc:
+        raise ConfigError(path, 0, "<file>", str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, 0, "<file>", f"not UTF-8 text (byte {exc.start})") from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 0
-        raise ConfigError(path, line, "<yaml>", str(getattr(exc, "problem", exc))) from None
+        raise ConfigError(path, line, "<yaml>", printable(str(getattr(exc, "problem", exc)))) from None
+    except RecursionError:
+        raise ConfigError(path, 0, "<yaml>", "nested too deeply") from None
     return _Parser(path).config(node)
 
 
@@ -136,7 +170,7 @@ class _Parser:
             raise self.error(node, key, "expected a mapping")
         items = []
         for k, v in node.value:
-            if not isinstance(k, yaml.ScalarNode):
+            if not isinstance(k, yaml.ScalarNode) or k.tag not in _PLAIN_TAGS:
                 raise self.error(k, key, "keys must be plain names")
             items.append((k.value, k, v))
         return items
@@ -144,9 +178,14 @@ class _Parser:
     def scalar(self, node: yaml.Node, key: str, kind: type) -> Any:
         if not isinstance(node, yaml.ScalarNode):
             raise self.error(node, key, f"expected {kind.__name__}")
+        if node.tag not in _PLAIN_TAGS:
+            raise self.error(node, key, f"unsupported YAML tag {printable(node.tag)!r}")
         if kind is str:
             return node.value  # raw text: YAML 1.1 would read `off` as False
-        value = yaml.constructor.SafeConstructor().construct_object(node)
+        try:
+            value = yaml.constructor.SafeConstructor().construct_object(node)
+        except Exception:  # noqa: BLE001 - a tagged scalar whose text the tag rejects
+            raise self.error(node, key, f"expected {kind.__name__}, got {printable(node.value)[:80]!r}") from None
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -232,6 +271,17 @@ class _Parser:
                 raise self.error(knode, full, "unknown key")
         return replace(FoldGuards(), **changes)
 
+    def key_limits(self, node: yaml.Node, key: str) -> Limits:
+        changes: dict[str, float] = {}
+        for name, knode, value in self.mapping(node, key):
+            full = f"{key}.{name}"
+            if name not in {f.name for f in fields(Limits)}:
+                raise self.error(knode, full, "unknown key")
+            changes[name] = self.scalar(value, full, float)
+            if not 0 < changes[name] < 1e9:
+                raise self.error(value, full, f"must be a positive number, got {changes[name]}")
+        return replace(Limits(), **changes)
+
     def key_targets(self, node: yaml.Node, key: str) -> tuple[Target, ...]:
         if not isinstance(node, yaml.SequenceNode):
             raise self.error(node, key, "expected a list of {name, factory} mappings")
@@ -281,6 +331,9 @@ fold:
   max_elements: 1              # elements in the constant (1 = scalar only)
   dtypes: [int8]               # activation dtypes that may be folded (int8, int16)
   require_equal_qrange: true   # input and output quantize must share dtype and clamp range
+
+# What one input may cost; over a limit it is an error naming the input (exit 2).
+# limits: {file_mb: 64, entry_mb: 32, tensor_mb: 256, timeout_s: 900, memory_mb: 4096}
 
 # Model factories checked without artifacts: `package.module:function` returning
 # (module, example_inputs) or (module, example_inputs, calibration_inputs).

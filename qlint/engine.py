@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,10 +11,7 @@ from typing import Any, Callable, Iterable
 
 from qlint.config import Config, Target
 from qlint.findings import ArtifactStats, Finding, InputError, Report
-from qlint.readers import ReadError
-
-ARTIFACT_SUFFIXES = (".pt2", ".pte")
-
+from qlint.inputs import ReadError, regular_file
 
 @dataclass
 class Checked:
@@ -33,16 +31,27 @@ def _matches(rel: str, patterns: Iterable[str]) -> bool:
 
 
 def collect(paths: list[Path], config: Config) -> tuple[list[Path], list[InputError]]:
-    """Files to check, in a stable order: explicit files as given, directories walked."""
+    """Files to check, in a stable order: explicit files as given, directories walked.
+
+    Walking never follows a symlinked folder (no loops); a matching name that is
+    not a regular file (a FIFO, a device, a dangling link) is an error, not a skip.
+    """
     files: list[Path] = []
     errors: list[InputError] = []
     for path in paths:
         if path.is_dir():
-            for found in sorted(path.rglob("*")):
-                rel = found.relative_to(path).as_posix()
-                if found.is_file() and _matches(rel, config.include) and not _matches(rel, config.exclude):
-                    files.append(found)
-        elif path.exists():
+            for folder, dirs, names in os.walk(path):
+                dirs.sort()
+                for name in sorted(names):
+                    found = Path(folder) / name
+                    rel = found.relative_to(path).as_posix()
+                    if not _matches(rel, config.include) or _matches(rel, config.exclude):
+                        continue
+                    if regular_file(found):
+                        files.append(found)
+                    else:
+                        errors.append(InputError(display(found), "not a regular file"))
+        elif path.exists() or path.is_symlink():
             files.append(path)
         else:
             errors.append(InputError(display(path), "no such file or directory"))
@@ -51,7 +60,7 @@ def collect(paths: list[Path], config: Config) -> tuple[list[Path], list[InputEr
 
 def display(path: Path) -> str:
     try:
-        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+        return path.absolute().relative_to(Path.cwd().absolute()).as_posix()
     except ValueError:
         return path.as_posix()
 
@@ -120,29 +129,61 @@ def fix_into(report: Report, program: Any, artifact: str, destination: Path, inp
     report.fixes.append(result.summary)
 
 
-def check_file(path: Path, config: Config, fix: FixOptions | None = None, **options: Any) -> Report:
-    from qlint.readers import read_pt2, sample_inputs
+def check_file(path: Path, config: Config, fix: FixOptions | None = None, cache: Any = None, *,
+               isolate: bool = False, **options: Any) -> Report:
+    """Read one artifact's bytes once (bounded), answer from the cache or analyse them.
+
+    The cache is consulted here, before any child process or torch import. A
+    `.pte` is always decoded in a child (its flatbuffer can share one table many
+    times over, so decoding is bounded by the child's memory budget and timeout).
+    """
+    from qlint.inputs import read_input
+    from qlint.isolation import run_isolated
 
     artifact = display(path)
-    report = Report()
     try:
+        if path.suffix not in (".pt2", ".pte"):
+            raise ReadError(f"unsupported file type {path.suffix or '(none)'!r}: expected .pt2 or .pte")
         if path.suffix == ".pte" and fix is not None:
             raise ReadError(".pte files can be checked but not fixed: fix the .pt2 it came from")
+        data = read_input(path, config.limits.file_bytes, "artifact")
+    except ReadError as exc:
+        return Report(errors=[InputError(artifact, str(exc))])
+    key = cache.key(data, artifact) if cache is not None and fix is None else None
+    hit = cache.get(key, artifact) if key is not None else None
+    if hit is not None:
+        return hit
+    if isolate or path.suffix == ".pte":
+        report = run_isolated(analyse_file, (path, data, artifact, config, fix), kwargs=options, name=artifact,
+                              limits=config.limits, verbose=bool(options.get("verbose")))
+    else:
+        report = analyse_file(path, data, artifact, config, fix, **options)
+    if key is not None:
+        cache.put(key, report)
+    return report
+
+
+def analyse_file(path: Path, data: bytes, artifact: str, config: Config, fix: FixOptions | None = None,
+                 **options: Any) -> Report:
+    """Check (or fix) the bytes of one artifact."""
+    report = Report()
+    try:
         if path.suffix == ".pte":
             from qlint.pte import check_pte
 
-            findings, stats = check_pte(path, artifact, config)
+            findings, stats = check_pte(data, artifact, config)
             report.findings.extend(findings)
             report.stats.append(stats)
             return report
-        if path.suffix != ".pt2":
-            raise ReadError(f"unsupported file type {path.suffix or '(none)'!r}: expected .pt2 or .pte")
-        program = read_pt2(path)
+        from qlint.readers import read_pt2, sample_inputs
+
+        program = read_pt2(data, config.limits.archive())
         if fix is not None:
             from qlint.fix import output_path, verification_inputs
 
             inputs = verification_inputs(sample_inputs(program))
-            fix_into(report, program, artifact, output_path(path.parent, path.stem, fix.output_dir), inputs, config, fix, **options)
+            fix_into(report, program, artifact, output_path(path.parent, path.stem, fix.output_dir), inputs,
+                     config, fix, **options)
             return report
         checked = check_program(program, artifact, config, **options)
     except ReadError as exc:
@@ -154,12 +195,13 @@ def check_file(path: Path, config: Config, fix: FixOptions | None = None, **opti
 
 
 def check_target(target: Target, config: Config, fix: FixOptions | None = None, **options: Any) -> Report:
+    """Export, quantize and check one config target (run in a child process by `run`)."""
     from qlint.quantize import quantize_target
 
     artifact = f"target:{target.name}"
     report = Report()
     try:
-        program, example, calibration = quantize_target(target, config.base)
+        program, example, calibration = quantize_target(target, config.base, config.root)
     except ReadError as exc:
         report.errors.append(InputError(artifact, str(exc)))
         return report
@@ -172,21 +214,6 @@ def check_target(target: Target, config: Config, fix: FixOptions | None = None, 
     checked = check_program(program, artifact, config, **options)
     report.findings.extend(checked.findings)
     report.stats.append(checked.stats)
-    return report
-
-
-def check_file_cached(path: Path, config: Config, cache: Any, **options: Any) -> Report:
-    """check_file, answered from the cache when the artifact and everything else are unchanged."""
-    artifact = display(path)
-    try:
-        key = cache.key(path, artifact)
-    except OSError:
-        return check_file(path, config, **options)
-    hit = cache.get(key)
-    if hit is not None:
-        return hit
-    report = check_file(path, config, **options)
-    cache.put(key, report)
     return report
 
 
@@ -218,44 +245,46 @@ def plan_work(paths: list[Path], targets: list[Target], config: Config, shard: t
     return work, errors
 
 
-def run_one(work: Work, config: Config, fix: FixOptions | None = None, cache: Any = None, **options: Any) -> Report:
+def run_one(work: Work, config: Config, fix: FixOptions | None = None, cache: Any = None, *,
+            isolate: bool = False, **options: Any) -> Report:
+    """One file or target; targets always in a child process of their own."""
+    from qlint.isolation import run_isolated
+
     try:
         if work.target is not None:
-            return check_target(work.target, config, fix, **options)
-        if cache is not None and fix is None:
-            return check_file_cached(work.path, config, cache, **options)
-        return check_file(work.path, config, fix, **options)
+            report = run_isolated(check_target, (work.target, config, fix), kwargs=options, name=work.name,
+                                  limits=config.limits, verbose=bool(options.get("verbose")))
+        else:
+            report = check_file(work.path, config, fix, cache, isolate=isolate, **options)
     except Exception as exc:  # a crash in one artifact must not lose the others
         from qlint.lowering import first_line
 
-        return Report(errors=[InputError(work.name, f"internal error: {type(exc).__name__}: {first_line(exc)}")])
+        report = Report(errors=[InputError(work.name, f"internal error: {type(exc).__name__}: {first_line(exc)}")])
+    report.checked = 1
+    return report
 
 
 def run(paths: list[Path], targets: list[Target], config: Config, fix: FixOptions | None = None,
         cache: Any = None, *, jobs: int = 1, shard: tuple[int, int] | None = None,
         progress: Callable[[int, int, str], None] | None = None, **options: Any) -> Report:
-    """Check everything; with `jobs > 1` in worker processes, reported in the serial order."""
+    """Check everything, reported in the serial order.
+
+    Targets and `.pte` files always run in a child process (`qlint.isolation`);
+    with `jobs > 1` so does every artifact, `jobs` at a time. A child that exits,
+    crashes, runs out of its memory budget or times out is one error naming its unit.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     work, errors = plan_work(paths, targets, config, shard)
     report = Report(errors=errors)
-    results: Iterable[Report]
-    if jobs > 1 and len(work) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
 
-        # spawn: torch is not fork-safe once its thread pools exist.
-        pool = ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=multiprocessing.get_context("spawn"))
-        with pool:
-            futures = [pool.submit(run_one, w, config, fix, cache, **options) for w in work]
-            results = (future.result() for future in futures)
-            for done, (item, result) in enumerate(zip(work, results, strict=True), 1):
-                if progress:
-                    progress(done, len(work), item.name)
-                report.extend(result)
-        return report
-    for done, item in enumerate(work, 1):
-        if progress:
-            progress(done - 1, len(work), item.name)
-        report.extend(run_one(item, config, fix, cache, **options))
-    if progress and work:
-        progress(len(work), len(work), "")
+    def one(item: Work) -> Report:
+        return run_one(item, config, fix, cache, isolate=jobs > 1, **options)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = pool.map(one, work) if jobs > 1 else map(one, work)
+        for done, (item, result) in enumerate(zip(work, results), 1):
+            if progress:
+                progress(done, len(work), item.name)
+            report.extend(result)
     return report

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from qlint.inputs import printable
+
 SEVERITIES = ("error", "warning", "info", "off")
 
 
@@ -62,7 +64,7 @@ class InputError:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.artifact}: {self.message}"
+        return printable(f"{self.artifact}: {self.message}")
 
 
 @dataclass
@@ -94,8 +96,10 @@ class Report:
     stats: list[ArtifactStats] = field(default_factory=list)
     errors: list[InputError] = field(default_factory=list)
     fixes: list[FixSummary] = field(default_factory=list)
+    checked: int = 0                                # artifacts and targets attempted
 
     def extend(self, other: "Report") -> None:
+        self.checked += other.checked
         self.findings.extend(other.findings)
         self.stats.extend(other.stats)
         self.errors.extend(other.errors)

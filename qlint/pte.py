@@ -8,14 +8,13 @@ GraphView, island finder and rules apply: no second copy of the logic.
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from qlint import backend
 from qlint.config import Config
 from qlint.findings import ArtifactStats, Finding
-from qlint.readers import ReadError
+from qlint.inputs import ReadError
 
 # ExecuTorch's ScalarType codes for the dtypes a quantized program holds.
 _SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 6: "float32", 7: "float64", 11: "bool"}
@@ -57,10 +56,8 @@ def _out_count(name: str, overload: str) -> int:
     return max(1, sum(1 for a in schema.arguments if a.is_out))
 
 
-def load_pte(path: Path) -> Any:
-    if not path.exists():
-        raise ReadError("no such file")
-    data = path.read_bytes()
+def load_pte(data: bytes) -> Any:
+    """A deserialized program from the bytes of a .pte."""
     if len(data) < 8 or data[4:6] != b"ET":  # flatbuffer file identifier, e.g. "ET12"
         raise ReadError("not a valid .pte program: no ExecuTorch file identifier")
     backend.load()
@@ -68,6 +65,8 @@ def load_pte(path: Path) -> Any:
 
     try:
         return deserialize_pte_binary(data).program
+    except MemoryError:
+        raise  # the child's memory budget, reported as such
     except Exception as exc:
         from qlint.lowering import first_line
 
@@ -174,9 +173,9 @@ def _unknown(name: str) -> Any:
     return kernel
 
 
-def check_pte(path: Path, artifact: str, config: Config) -> tuple[list[Finding], ArtifactStats]:
+def check_pte(data: bytes, artifact: str, config: Config) -> tuple[list[Finding], ArtifactStats]:
     from qlint.checks import check
 
-    view = program_view(load_pte(path))
+    view = program_view(load_pte(data))
     findings, stats, _ = check(view, artifact, config)
     return findings, stats

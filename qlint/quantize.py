@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from qlint import backend
 from qlint.config import Target
-from qlint.readers import ReadError
+from qlint.inputs import ReadError
+from qlint.lowering import first_line
 
 
 def quantize(
@@ -38,42 +41,70 @@ def quantize(
         return torch.export.export(converted, example_inputs, strict=True)
 
 
-def call_factory(target: Target, root: Path) -> tuple[Any, tuple[Any, ...], list[tuple[Any, ...]] | None]:
-    """Import `package.module:function` (relative to the config's folder) and call it."""
+def call_factory(target: Target, base: Path, root: Path) -> tuple[Any, tuple[Any, ...], list[tuple[Any, ...]] | None]:
+    """Import `package.module:function` (relative to the config's folder) and call it.
+
+    Runs in a child process of its own (see `qlint.isolation`), so the module is
+    imported once, fresh, as Python does it. Only modules that are files of the
+    repository are imported: a config naming `os:fork` gets an error, not a call.
+    """
     module_name, func_name = target.factory.split(":")
-    if str(root) in sys.path:
-        sys.path.remove(str(root))
-    sys.path.insert(0, str(root))  # this config's folder wins over any earlier one
-    # Always the model code as it is now: a module imported for an earlier
-    # config (or before an edit) must not answer for this one.
-    sys.modules.pop(module_name, None)
+    if str(base) in sys.path:
+        sys.path.remove(str(base))
+    sys.path.insert(0, str(base))  # this config's folder wins over any earlier one
     importlib.invalidate_caches()
+    what = f"factory {target.factory}"
     try:
+        origin = _module_file(module_name)
+        if origin is None or not _inside(origin, root):
+            raise ReadError(f"{module_name} is not a module file of this repository ({origin or 'built in'}); "
+                            "factories are imported from the repository only")
         module = importlib.import_module(module_name)
+    except ReadError:
+        raise
+    except SystemExit as exc:
+        raise ReadError(f"importing {module_name} called sys.exit({exc.code!r})") from None
     except Exception as exc:
-        raise ReadError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from None
+        raise ReadError(f"cannot import {module_name}: {type(exc).__name__}: {first_line(exc)}") from None
     factory = getattr(module, func_name, None)
     if not callable(factory):
         raise ReadError(f"{module_name} has no function {func_name}")
     try:
         result = factory()
+    except SystemExit as exc:
+        raise ReadError(f"{what} called sys.exit({exc.code!r}) instead of returning") from None
     except Exception as exc:
-        raise ReadError(f"factory {target.factory} raised {type(exc).__name__}: {exc}") from None
+        raise ReadError(f"{what} raised {type(exc).__name__}: {first_line(exc)}") from None
     if not isinstance(result, tuple) or len(result) not in (2, 3):
-        raise ReadError(
-            f"factory {target.factory} must return (module, example_inputs[, calibration_inputs])"
-        )
-    model, example = result[0], tuple(result[1])
-    calibration = [tuple(batch) for batch in result[2]] if len(result) == 3 and result[2] else None
+        raise ReadError(f"{what} must return (module, example_inputs[, calibration_inputs])")
+    try:
+        model, example = result[0], tuple(result[1])
+        calibration = [tuple(batch) for batch in result[2]] if len(result) == 3 and result[2] else None
+    except TypeError as exc:
+        raise ReadError(f"{what} must return (module, example_inputs[, calibration_inputs]): {exc}") from None
     return model, example, calibration
 
 
-def quantize_target(target: Target, root: Path) -> tuple[Any, tuple[Any, ...], list[tuple[Any, ...]] | None]:
+def _module_file(name: str) -> str | None:
+    """Where `name` would be imported from, found without running it (its parent packages do run)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        raise ModuleNotFoundError(f"No module named {name!r}")
+    return spec.origin if spec.has_location else None
+
+
+def _inside(path: str, root: Path) -> bool:
+    """Lexically inside `root`: a symlink the repository itself holds counts as the repository's."""
+    return Path(os.path.abspath(path)).is_relative_to(Path(os.path.abspath(root)))
+
+
+def quantize_target(target: Target, base: Path, root: Path) -> tuple[Any, tuple[Any, ...], list[tuple[Any, ...]] | None]:
     """The quantized program, its example inputs and its calibration batches."""
-    model, example, calibration = call_factory(target, root)
+    model, example, calibration = call_factory(target, base, root)
     try:
         return quantize(model, example, calibration), example, calibration
     except Exception as exc:
-        from qlint.lowering import first_line
-
         raise ReadError(f"export/quantization failed: {type(exc).__name__}: {first_line(exc)}") from None

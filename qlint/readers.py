@@ -1,26 +1,27 @@
-"""Turn a path or a config target into a program qlint can analyse.
+"""Turn the bytes of a `.pt2` into a program qlint can analyse, without running code from it.
 
-Loading must never execute code from an artifact. `torch.export.load` unpickles
-tensor subclasses, script objects and opaque constants, and falls back to a full
-unpickle of the sample inputs when the safe loader refuses them; qlint inspects
-the archive first and refuses any pickled payload, then loads with torch forced
-into weights-only mode so no fallback can run.
+`qlint.archive` decides, without torch, what the archive holds and rebuilds it
+from the allowed entries only; torch loads that rebuilt archive. Sample inputs
+are loaded here with torch's weights-only unpickler (torch's own loader would
+fall back to a full unpickle when that refuses them), and torch is forced into
+weights-only mode while it loads, in case any other path reaches `torch.load`.
+After loading, every node target is checked to be a registered operator before
+anything runs the graph.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import io
+import operator
 import os
-import zipfile
-from pathlib import Path
 from typing import Any, Iterator
 
 from qlint import backend
+from qlint.archive import ArchiveLimits, parse_pt2, read_zip, write_zip
+from qlint.inputs import ReadError
 
-
-class ReadError(Exception):
-    """An input that cannot be read: one line, exit code 2."""
+__all__ = ["ReadError", "is_quantized", "read_pt2", "sample_inputs"]
 
 
 @contextlib.contextmanager
@@ -36,56 +37,60 @@ def _weights_only() -> Iterator[None]:
             os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = old
 
 
-def inspect_pt2(path: Path) -> str:
-    """Check the archive's layout and payload configs; return the model name."""
-    if not path.exists():
-        raise ReadError("no such file")
-    if not zipfile.is_zipfile(path):
-        raise ReadError("not a .pt2 archive (not a zip file)")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-            models = [n for n in names if "/models/" in n and n.endswith(".json")]
-            if not models:
-                raise ReadError("not a .pt2 archive from torch.export.save (no models/*.json)")
-            if len(models) > 1:
-                raise ReadError(f"holds {len(models)} programs; qlint reads archives with one")
-            prefix, model = models[0].split("/models/")
-            model = model.removesuffix(".json")
-            legacy = [n for n in names if n.endswith(f"/data/weights/{model}.pt") or n.endswith(f"/data/constants/{model}.pt")]
-            if legacy:
-                raise ReadError("uses the legacy pickled weight format; re-save it with torch.export.save")
-            for kind in ("weights", "constants"):
-                config_name = f"{prefix}/data/{kind}/model_{kind}_config.json"
-                if config_name not in names:
-                    continue
-                config = json.loads(archive.read(config_name))
-                for fqn, payload in config.get("config", {}).items():
-                    if payload.get("use_pickle") or not str(payload.get("path_name", "")).startswith(("weight_", "tensor_")):
-                        raise ReadError(f"{kind[:-1]} {fqn!r} is a pickled object; qlint loads plain tensors only")
-    except zipfile.BadZipFile as exc:
-        raise ReadError(f"corrupt zip archive: {exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ReadError(f"corrupt payload config: {exc}") from None
-    return model
-
-
-def read_pt2(path: Path) -> Any:
-    """A quantized ExportedProgram from a .pt2, loaded without unpickling objects."""
-    inspect_pt2(path)
+def read_pt2(data: bytes, limits: ArchiveLimits) -> Any:
+    """A quantized ExportedProgram from the bytes of a .pt2."""
+    archive = parse_pt2(data, limits)
     backend.load()
     import torch
 
+    from qlint.lowering import first_line
+
+    example = _sample_inputs(archive.sample_inputs, limits)
     try:
         with _weights_only():
-            program = torch.export.load(str(path))
+            program = torch.export.load(io.BytesIO(archive.for_torch()))
     except Exception as exc:  # torch raises many types for a bad archive
-        from qlint.lowering import first_line
-
         raise ReadError(f"torch.export.load failed: {first_line(exc)}") from None
+    for node in program.graph.nodes:
+        if node.op == "call_function" and not (
+            isinstance(node.target, torch._ops.OpOverload) or node.target is operator.getitem
+        ):
+            raise ReadError(f"node {node.name} calls {node.target!r}, which is not a registered operator")
+    if example is not None:
+        try:
+            program.example_inputs = example
+        except Exception as exc:
+            raise ReadError(f"sample inputs do not match the program: {first_line(exc)}") from None
     if not is_quantized(program):
         raise ReadError("not a quantized program (no quantize/dequantize nodes); run convert_pt2e first")
     return program
+
+
+def _sample_inputs(data: bytes, limits: ArchiveLimits) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The archive's sample inputs, unpickled by the weights-only unpickler only: tensors, no objects."""
+    if not data:
+        return None
+    import torch
+
+    # A torch.save archive inside the .pt2: checked like the outer one, and rebuilt.
+    try:
+        nested = write_zip(read_zip(data, limits))
+    except ReadError as exc:
+        raise ReadError(f"sample inputs: {exc}") from None
+    try:
+        value = torch.load(io.BytesIO(nested), weights_only=True)
+    except Exception as exc:
+        raise ReadError(f"sample inputs are not plain tensors: {_unpickler_reason(exc)}") from None
+    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple) and isinstance(value[1], dict)):
+        raise ReadError("sample inputs are not (args, kwargs)")
+    return value
+
+
+def _unpickler_reason(exc: Exception) -> str:
+    """The line of a weights-only refusal that says what was refused (its first line is advice)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    specific = [line for line in lines[1:] if not line.startswith("Check the documentation")]
+    return specific[0] if specific else (lines[0] if lines else type(exc).__name__)
 
 
 def is_quantized(program: Any) -> bool:

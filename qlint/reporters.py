@@ -11,6 +11,7 @@ from tabulate import tabulate
 from qlint import __version__
 from qlint.catalog import load_catalog
 from qlint.findings import Finding, FixSummary, Report
+from qlint.inputs import printable
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -35,6 +36,7 @@ def text(report: Report, *, quiet: bool = False, show_summary: bool = True) -> s
                 lines.append(f"  node: {f.node}")
     for fix in report.fixes:
         lines.extend(fix_lines(fix))
+    lines = [printable(line) for line in lines]  # names and messages come from artifacts
     if show_summary and not quiet and report.stats:
         lines.append("")
         lines.append(summary_table(report, "simple"))
@@ -73,7 +75,7 @@ def fix_lines(fix: FixSummary) -> list[str]:
 
 def summary_table(report: Report, fmt: str = "simple") -> str:
     rows = [
-        [s.artifact, s.nodes, s.int_kernels, s.fp32_islands, s.fp32_elements, f"{s.coverage:.0%}",
+        [printable(s.artifact), s.nodes, s.int_kernels, s.fp32_islands, s.fp32_elements, f"{s.coverage:.0%}",
          "yes" if s.lowered else "no (QL003)"]
         for s in report.stats
     ]
@@ -85,7 +87,10 @@ def totals(report: Report) -> str:
     by_severity = Counter(f.severity for f in report.findings)
     fixable = sum(1 for f in report.findings if f.fixable)
     if not report.findings:
-        text = "All checks passed."
+        if report.errors:
+            text = "No findings in the inputs that could be checked."
+        else:
+            text = "All checks passed." if report.checked or report.stats else "No artifacts checked."
     else:
         parts = ", ".join(f"{by_severity[s]} {s}" for s in ("error", "warning", "info") if by_severity[s])
         text = f"Found {len(report.findings)} finding{'s' if len(report.findings) != 1 else ''} ({parts})."
@@ -139,7 +144,7 @@ def github(report: Report) -> str:
         lines.append(f"::{GITHUB_LEVEL[f.severity]} {','.join(props)}::{_gh_escape(f'{f.artifact}: {f.message}')}")
     for e in report.errors:
         lines.append(f"::error file={_gh_escape(e.artifact, True)},title=qlint::{_gh_escape(e.message)}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def sarif(report: Report) -> str:
@@ -191,13 +196,13 @@ def markdown(report: Report) -> str:
     if report.stats:
         lines += [summary_table(report, "github"), ""]
     if report.findings:
-        rows = [[f"`{f.code}`", f.severity, f.artifact, f"`{f.location}`" if f.location else "",
-                 f.message.replace("|", "\\|")] for f in report.findings]
+        rows = [[f"`{f.code}`", f.severity, printable(f.artifact), f"`{f.location}`" if f.location else "",
+                 printable(f.message).replace("|", "\\|")] for f in report.findings]
         lines += [tabulate(rows, headers=["code", "severity", "artifact", "source", "message"], tablefmt="github"), ""]
     for fix in report.fixes:
-        lines += ["```", *fix_lines(fix), "```", ""]
+        lines += ["```", *(printable(line) for line in fix_lines(fix)), "```", ""]
     for error in report.errors:
-        lines.append(f"- :x: `{error.artifact}`: {error.message}")
+        lines.append(printable(f"- :x: `{error.artifact}`: {error.message}"))
     lines.append(totals(report).replace("\n", "  \n"))
     return "\n".join(lines)
 

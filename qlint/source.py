@@ -10,9 +10,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from qlint.findings import Location
+from qlint.inputs import printable
 
-_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.*)$')
-# Frames in these packages are the framework, not the model author's code.
+# A stack trace comes from the artifact: a line number is at most 9 digits, a path at most 4096 characters.
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]{1,4096})", line (?P<line>\d{1,9}), in (?P<func>.*)$')
 # Frames in these packages are the framework, not the model author's code.
 _FRAMEWORK_PACKAGES = ("torch", "executorch", "torchao", "qlint", "_pytest", "pluggy")
 
@@ -60,7 +61,7 @@ def display_path(path: str, root: Path) -> str:
         return p.as_posix()  # already relative to the repo (bundled examples)
     try:
         return p.resolve().relative_to(root.resolve()).as_posix()
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop
         pass
     for entry in sorted((Path(e) for e in sys.path if e), key=lambda e: len(str(e)), reverse=True):
         if "site-packages" in entry.parts and p.is_relative_to(entry):
@@ -74,4 +75,8 @@ def locate(stack_trace: str | None, root: Path) -> Location | None:
         return None
     path, line, code = frame
     absolute = Path(path) if Path(path).is_absolute() else root / path
-    return Location(display_path(path, root), line, code, str(absolute.resolve()))
+    try:
+        absolute = absolute.resolve()
+    except (OSError, RuntimeError):  # a symlink loop named by the artifact
+        pass
+    return Location(printable(display_path(path, root)), line, printable(code), str(absolute))

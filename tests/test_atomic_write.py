@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -45,6 +46,20 @@ def test_kill_mid_write(tmp_path: Path, existing: bytes | None) -> None:
         assert not target.exists()
     else:
         assert target.read_bytes() == existing
+    [leftover] = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert leftover.startswith(f".model.pte.qlint-{child.pid}-")
+    write_atomic(tmp_path / "other.pte", b"next write")  # any write to the folder cleans up
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "stalled") == sorted(
+        ["other.pte", *(["model.pte"] if existing is not None else [])])
+
+
+def test_temp_files_of_live_writers_are_kept(tmp_path: Path) -> None:
+    live = tmp_path / f".model.pte.qlint-{os.getppid()}-abc.tmp"  # our parent is alive
+    live.write_bytes(b"in progress")
+    unrelated = tmp_path / ".notes.tmp"
+    unrelated.write_bytes(b"not ours")
+    write_atomic(tmp_path / "out.pte", b"abc")
+    assert live.exists() and unrelated.exists()
 
 
 def test_write_replaces_whole_file(tmp_path: Path) -> None:

@@ -85,9 +85,9 @@ def test_cache_key_covers_qlint_code_and_rules(zoo: Path, tmp_path: Path, monkey
     assert cache.code_fingerprint() == digest.hexdigest()
 
     artifact = zoo / "attention.pt2"
-    before = cache.Cache(tmp_path, Config(), {}).key(artifact, "attention.pt2")
+    before = cache.Cache(tmp_path, Config(), {}).key(artifact.read_bytes(), "attention.pt2")
     monkeypatch.setattr(cache, "code_fingerprint", lambda: "another revision")
-    assert cache.Cache(tmp_path, Config(), {}).key(artifact, "attention.pt2") != before
+    assert cache.Cache(tmp_path, Config(), {}).key(artifact.read_bytes(), "attention.pt2") != before
 
 
 def test_jobs_output_equals_serial_output(zoo: Path, capsys: pytest.CaptureFixture[str]) -> None:

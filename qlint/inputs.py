@@ -1,0 +1,72 @@
+"""Reading untrusted input files: regular files only, bounded, one-line errors.
+
+Artifacts, configs, baselines and the source files that an artifact's stack
+traces name all arrive from pull requests. A path may be a symlink to
+`/dev/zero` or a FIFO, and a file may be larger than any model: every read
+goes through `read_input`, which opens without blocking, checks the opened
+file (not the name, which can change in between) and never reads more than
+its limit.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+class ReadError(Exception):
+    """An input that cannot be read: one line, exit code 2."""
+
+
+def read_input(path: Path, limit: int, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, or a ReadError saying why not."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ReadError("no such file") from None
+    except OSError as exc:
+        raise ReadError(f"cannot open: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ReadError(f"not a regular {what} ({_kind(info.st_mode)})")
+        if info.st_size > limit:
+            raise ReadError(f"{what} is {info.st_size} bytes, over the {limit}-byte limit (limits in .qlint.yaml)")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:  # grew while being read
+            raise ReadError(f"{what} is over the {limit}-byte limit (limits in .qlint.yaml)")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ReadError(f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def regular_file(path: Path) -> bool:
+    """True for a regular file (symlinks followed), without opening it."""
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop
+        return False
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def printable(text: str) -> str:
+    """`text` with control characters escaped, so a name cannot split a line or drive a terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
