@@ -1,7 +1,8 @@
 """Turn the bytes of a `.pt2` into a program qlint can analyse, without running code from it.
 
 `qlint.archive` decides, without torch, what the archive holds and rebuilds it
-from the allowed entries only; torch loads that rebuilt archive. Sample inputs
+from the allowed entries only; torch loads that rebuilt archive, after torch's own
+zip reader has been asked to list the original and agreed. Sample inputs
 are loaded here with torch's weights-only unpickler (torch's own loader would
 fall back to a full unpickle when that refuses them), and torch is forced into
 weights-only mode while it loads, in case any other path reaches `torch.load`.
@@ -45,6 +46,7 @@ def read_pt2(data: bytes, limits: ArchiveLimits) -> Any:
 
     from qlint.lowering import first_line
 
+    _torch_reads_the_same_entries(data, archive.entries)
     example = _sample_inputs(archive.sample_inputs, limits)
     try:
         with _weights_only():
@@ -64,6 +66,20 @@ def read_pt2(data: bytes, limits: ArchiveLimits) -> Any:
     if not is_quantized(program):
         raise ReadError("not a quantized program (no quantize/dequantize nodes); run convert_pt2e first")
     return program
+
+
+def _torch_reads_the_same_entries(data: bytes, entries: dict[str, bytes]) -> None:
+    """Torch is only ever given the rebuilt archive; still, an original that torch's own zip
+    reader lists differently from Python's (prepended data, a second directory) is crafted."""
+    import torch
+
+    try:
+        records = torch._C.PyTorchFileReader(io.BytesIO(data)).get_all_records()
+    except Exception as exc:
+        reason = str(exc).split(". ")[0].strip()
+        raise ReadError(f"torch's zip reader rejects it: {reason[:160]}") from None
+    if sorted(records) != sorted(entries):
+        raise ReadError("torch's zip reader lists other entries than Python's (a crafted zip directory)")
 
 
 def _sample_inputs(data: bytes, limits: ArchiveLimits) -> tuple[tuple[Any, ...], dict[str, Any]] | None:

@@ -234,6 +234,16 @@ def test_crafted_archive_is_refused_and_runs_nothing(attack: str, tmp_path: Path
     assert expected in message
 
 
+def test_zip_that_torch_and_python_read_differently(tmp_path: Path, good: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Python's zipfile accepts data before the first entry; torch's reader does not: refused."""
+    bad = tmp_path / "prepended.pt2"
+    bad.write_bytes(b"PK\x03\x04" + b"\0" * 400 + EXAMPLE.read_bytes())
+    message = assert_refused([str(bad)], capsys, "prepended.pt2", good)
+    assert message == ("torch's zip reader rejects it: PytorchStreamReader failed reading zip archive: "
+                       "invalid header or archive is corrupted")
+
+
 def test_torch_itself_would_run_the_renamed_and_duplicate_archives(tmp_path: Path) -> None:
     """The two archives qlint once loaded do run code under plain torch.export.load (why they are refused)."""
     import torch
