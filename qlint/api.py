@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from qlint.config import Config
 from qlint.findings import Finding
@@ -40,5 +41,8 @@ def fix(
     from qlint.fix import fix_program
     from qlint.readers import sample_inputs
 
-    batches = list(inputs) or ([sample_inputs(program)] if sample_inputs(program) else [])
-    return fix_program(program, artifact, config or Config(), verification_inputs(batches[0] if batches else None, batches[1:], seeds))
+    saved = sample_inputs(program)
+    batches = list(inputs) or ([saved] if saved else [])
+    return fix_program(
+        program, artifact, config or Config(), verification_inputs(batches[0] if batches else None, batches[1:], seeds)
+    )

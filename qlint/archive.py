@@ -22,14 +22,15 @@ import io
 import json
 import re
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from qlint.inputs import ReadError
 
 # Operator namespaces a quantized Cortex-M program is made of.
 NAMESPACES = ("aten", "quantized_decomposed", "cortex_m")
-_OP_TARGET = re.compile(r"^torch\.ops\.(%s)\.[A-Za-z][A-Za-z0-9_]*\.[A-Za-z][A-Za-z0-9_]*$" % "|".join(NAMESPACES))
+_OP_TARGET = re.compile(rf"^torch\.ops\.({'|'.join(NAMESPACES)})\.[A-Za-z][A-Za-z0-9_]*\.[A-Za-z][A-Za-z0-9_]*$")
 _PYTHON_TARGETS = frozenset({"_operator.getitem"})
 _METADATA = frozenset({"archive_format", "archive_version", ".data/version", "byteorder", ".data/serialization_id"})
 _PAYLOAD_DIRS = {"weights": re.compile(r"^weight_\d+$"), "constants": re.compile(r"^tensor_\d+$")}
@@ -105,7 +106,9 @@ def read_zip(data: bytes, limits: ArchiveLimits) -> dict[str, bytes]:
                 with archive.open(info) as handle:
                     body = handle.read(limits.entry_bytes + 1)  # never trust the declared size
                     if len(body) > limits.entry_bytes:
-                        raise ReadError(f"entry {info.filename!r} inflates past the {limits.entry_bytes}-byte entry limit")
+                        raise ReadError(
+                            f"entry {info.filename!r} inflates past the {limits.entry_bytes}-byte entry limit"
+                        )
                     handle.read(1)  # reach the end: zipfile checks the CRC there
                 total += len(body)
                 if total > limits.total_bytes:
@@ -157,7 +160,9 @@ def parse_pt2(data: bytes, limits: ArchiveLimits) -> Pt2Archive:
             if len(body) > 64:
                 raise ReadError(f"entry {name!r} is {len(body)} bytes; torch writes a few")
         elif name not in allowed:
-            raise ReadError(f"unexpected entry {name!r}; qlint loads programs, weights, constants and sample inputs only")
+            raise ReadError(
+                f"unexpected entry {name!r}; qlint loads programs, weights, constants and sample inputs only"
+            )
     program = _json(entries[MODEL], MODEL)
     check_program_json(program, limits)
     return Pt2Archive(prefix, entries, program)
@@ -205,8 +210,9 @@ def check_program_json(program: Any, limits: ArchiveLimits) -> None:
         target = node.get("target") if isinstance(node, dict) else None
         if not isinstance(target, str) or not (_OP_TARGET.match(target) or target in _PYTHON_TARGETS):
             shown = target if isinstance(target, str) else type(target).__name__
-            raise ReadError(f"a node calls {shown[:120]!r}, outside the operator namespaces qlint runs "
-                            f"({', '.join(NAMESPACES)})")
+            raise ReadError(
+                f"a node calls {shown[:120]!r}, outside the operator namespaces qlint runs ({', '.join(NAMESPACES)})"
+            )
     for key in _walk_keys(program):
         if key in _REFUSED_ARGS:
             raise ReadError(f"holds {_REFUSED_ARGS[key]}")

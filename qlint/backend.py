@@ -44,10 +44,11 @@ def load() -> None:
     import torch  # noqa: F401
 
     quiet_logs(verbose)  # torch configures its loggers on import: quiet them after
-    import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (quantized_decomposed ops)
+    import executorch.backends.cortex_m.passes  # noqa: F401
+
     # The quantizer module registers the cortex_m ops before the passes package
     # needs them; importing the ops module first is a circular import.
     import executorch.backends.cortex_m.quantizer.quantizer  # noqa: F401
-    import executorch.backends.cortex_m.passes  # noqa: F401
+    import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (quantized_decomposed ops)
 
     quiet_logs(verbose)  # some executorch modules set their logger levels on import

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from qlint import __version__
-from qlint.config import CONFIG_MAX_BYTES, Config
 from qlint.catalog import load_catalog
+from qlint.config import CONFIG_MAX_BYTES, Config
 from qlint.findings import SEVERITIES, ArtifactStats, Finding, Location, Report
 from qlint.inputs import ReadError, read_input
 from qlint.output import write_atomic

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from torch.fx import Node
 
@@ -83,7 +83,7 @@ def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland 
         lhs, rhs = node.args[0], node.args[1]
         lhs_runtime, rhs_runtime = _is_runtime(view, lhs, inside), _is_runtime(view, rhs, inside)
         if lhs_runtime and rhs_runtime:
-            return f"runtime (non-constant) operand {rhs.name} of {op_name(node)}"
+            return f"runtime (non-constant) operand {cast(Node, rhs).name} of {op_name(node)}"
         if base == "div" and rhs_runtime:
             return f"constant-first operand ({op_name(node)} of a constant by the activation)"
         operand = rhs if lhs_runtime else lhs
@@ -106,7 +106,7 @@ def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland 
     qps_out = {view.qparams(o) for o in outs}
     if len(outs) != len(island.outputs) or qp_in is None or len(qps_out) != 1 or None in qps_out:
         return "outputs are not one per-tensor quantize"
-    return ScaleIsland(island, dq, steps, qp_in, qps_out.pop())
+    return ScaleIsland(island, dq, steps, qp_in, cast(QParams, qps_out.pop()))
 
 
 def blocked_guards(scale: ScaleIsland, config: Config) -> list[str]:
@@ -150,14 +150,21 @@ class FindingFactory:
                 return found
         return None
 
-    def make(self, code: str, message: str, nodes: tuple[Node, ...] = (), fixable: bool = False, **details: Any) -> Finding | None:
+    def make(
+        self, code: str, message: str, nodes: tuple[Node, ...] = (), fixable: bool = False, **details: Any
+    ) -> Finding | None:
         severity = self.config.severity(code)
         if severity == "off":
             return None
         return Finding(
-            code=code, severity=severity, message=message, artifact=self.artifact,
-            node=nodes[0].name if nodes else "", location=self.location(*nodes),
-            fixable=fixable, details=details,
+            code=code,
+            severity=severity,
+            message=message,
+            artifact=self.artifact,
+            node=nodes[0].name if nodes else "",
+            location=self.location(*nodes),
+            fixable=fixable,
+            details=details,
         )
 
 
@@ -170,7 +177,8 @@ def scale_finding(make: FindingFactory, scale: ScaleIsland, view: GraphView, fix
     blocked = blocked_guards(scale, make.config)
     elements = fp32_elements(view, scale.island)
     ident_text = (
-        f"already an exact identity on {scale.qp_in.dtype_name} values" if identity
+        f"already an exact identity on {scale.qp_in.dtype_name} values"
+        if identity
         else f"not an identity on {scale.qp_in.dtype_name} values"
     )
     message = (
@@ -180,13 +188,20 @@ def scale_finding(make: FindingFactory, scale: ScaleIsland, view: GraphView, fix
     if blocked:
         message += f"; fold blocked by {'; '.join(blocked)}"
     return make.make(
-        "QL001", message, (scale.island.anchor, *scale.island.nodes), fixable,
-        ops=scale.island.ops, constants=[
-            {"name": s.constant.name, "kind": s.constant.kind, "value": s.value, "op": s.op}
-            for s in scale.steps
+        "QL001",
+        message,
+        (scale.island.anchor, *scale.island.nodes),
+        fixable,
+        ops=scale.island.ops,
+        constants=[
+            {"name": s.constant.name, "kind": s.constant.kind, "value": s.value, "op": s.op} for s in scale.steps
         ],
-        factor=scale.factor, input_qparams=_qp_dict(scale.qp_in), output_qparams=_qp_dict(scale.qp_out),
-        identity=bool(identity), blocked_by=blocked, fp32_elements=elements,
+        factor=scale.factor,
+        input_qparams=_qp_dict(scale.qp_in),
+        output_qparams=_qp_dict(scale.qp_out),
+        identity=bool(identity),
+        blocked_by=blocked,
+        fp32_elements=elements,
     )
 
 
@@ -194,8 +209,13 @@ def island_finding(make: FindingFactory, island: Island, reason: str, view: Grap
     elements = fp32_elements(view, island)
     ops = ", ".join(island.ops)
     return make.make(
-        "QL002", f"fp32 island ({ops}), {elements} fp32 elements per inference: {reason}",
-        (island.anchor, *island.nodes), fixable, ops=island.ops, fp32_elements=elements, reason=reason,
+        "QL002",
+        f"fp32 island ({ops}), {elements} fp32 elements per inference: {reason}",
+        (island.anchor, *island.nodes),
+        fixable,
+        ops=island.ops,
+        fp32_elements=elements,
+        reason=reason,
     )
 
 
@@ -204,9 +224,13 @@ def requantize_finding(make: FindingFactory, view: GraphView, dq: Node, q: Node,
     identity = requantize_identity(view, dq, q)
     kind = "an identity" if identity else "a rescale"
     return make.make(
-        "QL004", f"dequantize -> quantize with nothing between ({kind} done in fp32): {qp_in} -> {qp_out}",
-        (q, dq, *dq.all_input_nodes), fixable, identity=bool(identity),
-        input_qparams=_qp_dict(qp_in), output_qparams=_qp_dict(qp_out),
+        "QL004",
+        f"dequantize -> quantize with nothing between ({kind} done in fp32): {qp_in} -> {qp_out}",
+        (q, dq, *dq.all_input_nodes),
+        fixable,
+        identity=bool(identity),
+        input_qparams=_qp_dict(qp_in),
+        output_qparams=_qp_dict(qp_out),
     )
 
 
@@ -243,12 +267,16 @@ def check(view: GraphView, artifact: str, config: Config) -> tuple[list[Finding]
     cov = coverage(view)
     if cov.ratio < config.coverage_threshold:
         listed = ", ".join(f"{name} x{count}" for name, count in cov.fp32_ops.most_common())
-        findings.append(make.make(
-            "QL005",
-            f"int8 coverage {_percent_down(cov.ratio)} < {config.coverage_threshold * 100:g}%: "
-            f"{sum(cov.fp32_ops.values())} of {cov.total} compute ops run in fp32 ({listed})",
-            coverage=cov.ratio, fp32_ops=dict(cov.fp32_ops), int_ops=cov.int_ops,
-        ))
+        findings.append(
+            make.make(
+                "QL005",
+                f"int8 coverage {_percent_down(cov.ratio)} < {config.coverage_threshold * 100:g}%: "
+                f"{sum(cov.fp32_ops.values())} of {cov.total} compute ops run in fp32 ({listed})",
+                coverage=cov.ratio,
+                fp32_ops=dict(cov.fp32_ops),
+                int_ops=cov.int_ops,
+            )
+        )
     stats = ArtifactStats(
         artifact=artifact,
         nodes=sum(1 for n in view.nodes if n.op == "call_function"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from qlint import __version__
@@ -32,7 +33,7 @@ def _shard(value: str) -> tuple[int, int]:
     return index, count
 
 
-def _progress_bar(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _progress_bar(args: argparse.Namespace) -> Callable[[int, int, str], None] | None:
     """A one-line progress bar on stderr for interactive text runs only."""
     import os
 
@@ -45,7 +46,12 @@ def _progress_bar(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         width = 24
         filled = width * done // total
         end = "\n" if done == total else ""
-        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name[-40:]:<40}", end=end, file=sys.stderr, flush=True)
+        print(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name[-40:]:<40}",
+            end=end,
+            file=sys.stderr,
+            flush=True,
+        )
 
     return show
 
@@ -53,7 +59,9 @@ def _progress_bar(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def _write_spec(value: str) -> tuple[str, Path]:
     fmt, _, path = value.partition(":")
     if fmt not in OUTPUT_FORMATS or fmt == "text" or not path:
-        raise argparse.ArgumentTypeError(f"{value!r} is not FORMAT:PATH with FORMAT one of json, github, sarif, markdown")
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not FORMAT:PATH with FORMAT one of json, github, sarif, markdown"
+        )
     return fmt, Path(path)
 
 
@@ -68,32 +76,70 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     check = sub.add_parser("check", help="check .pt2/.pte files, directories and config targets (default)")
-    check.add_argument("paths", nargs="*", type=Path, metavar="PATH",
-                       help="files or directories; without any, the config's targets and the current directory")
-    check.add_argument("--config", type=Path, help="config file (default: .qlint.yaml found upward from the current directory)")
+    check.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="files or directories; without any, the config's targets and the current directory",
+    )
+    check.add_argument(
+        "--config", type=Path, help="config file (default: .qlint.yaml found upward from the current directory)"
+    )
     check.add_argument("--select", type=_codes, help="comma-separated rule codes or prefixes to enable")
     check.add_argument("--ignore", type=_codes, help="comma-separated rule codes or prefixes to disable")
     check.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text")
     check.add_argument("--statistics", action="store_true", help="print counts per rule instead of each finding")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are error findings")
-    check.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error",
-                       help="lowest severity that makes the exit code 1 (default: error)")
-    check.add_argument("--write", action="append", type=_write_spec, default=[], metavar="FORMAT:PATH",
-                       help="also write the report in FORMAT (json, github, sarif, markdown) to PATH; repeatable")
+    check.add_argument(
+        "--fail-on",
+        choices=("error", "warning", "info", "never"),
+        default="error",
+        help="lowest severity that makes the exit code 1 (default: error)",
+    )
+    check.add_argument(
+        "--write",
+        action="append",
+        type=_write_spec,
+        default=[],
+        metavar="FORMAT:PATH",
+        help="also write the report in FORMAT (json, github, sarif, markdown) to PATH; repeatable",
+    )
     check.add_argument("--target-cpu", choices=CPUS, help="Cortex-M CPU to lower for (overrides the config)")
-    check.add_argument("--lowering", choices=("repaired", "stock"), default="repaired",
-                       help="pass order: qlint's repaired order (default) or ExecuTorch's stock order")
+    check.add_argument(
+        "--lowering",
+        choices=("repaired", "stock"),
+        default="repaired",
+        help="pass order: qlint's repaired order (default) or ExecuTorch's stock order",
+    )
     check.add_argument("--targets-only", action="store_true", help="check only the config's targets")
-    check.add_argument("--fix", action="store_true",
-                       help="fold the islands that have a proven exact fold and write a verified <name>.pte")
-    check.add_argument("--diff", action="store_true", help="with --fix: print what each fold would change, write nothing")
-    check.add_argument("--output-dir", type=Path, help="with --fix: write .pte files here instead of next to each input")
-    check.add_argument("--baseline", type=Path, metavar="FILE", help="accept the findings recorded in FILE; only new ones count")
-    check.add_argument("--write-baseline", type=Path, metavar="FILE", help="record the current findings in FILE and exit 0")
-    check.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="check in N worker processes (same output order)")
-    check.add_argument("--shard", type=_shard, metavar="I/N", help="check only the I-th of N deterministic slices of the inputs")
+    check.add_argument(
+        "--fix",
+        action="store_true",
+        help="fold the islands that have a proven exact fold and write a verified <name>.pte",
+    )
+    check.add_argument(
+        "--diff", action="store_true", help="with --fix: print what each fold would change, write nothing"
+    )
+    check.add_argument(
+        "--output-dir", type=Path, help="with --fix: write .pte files here instead of next to each input"
+    )
+    check.add_argument(
+        "--baseline", type=Path, metavar="FILE", help="accept the findings recorded in FILE; only new ones count"
+    )
+    check.add_argument(
+        "--write-baseline", type=Path, metavar="FILE", help="record the current findings in FILE and exit 0"
+    )
+    check.add_argument(
+        "--jobs", "-j", type=int, default=1, metavar="N", help="check in N worker processes (same output order)"
+    )
+    check.add_argument(
+        "--shard", type=_shard, metavar="I/N", help="check only the I-th of N deterministic slices of the inputs"
+    )
     check.add_argument("--no-cache", action="store_true", help="always re-check; do not read or write the result cache")
-    check.add_argument("--cache-dir", type=Path, help="result cache folder (default: $QLINT_CACHE_DIR or ~/.cache/qlint)")
+    check.add_argument(
+        "--cache-dir", type=Path, help="result cache folder (default: $QLINT_CACHE_DIR or ~/.cache/qlint)"
+    )
     check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
     check.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks and framework logs")
 
@@ -121,7 +167,9 @@ def cmd_rules() -> int:
 
     from qlint.catalog import load_catalog
 
-    rows = [[r.code, r.name, r.default_severity, "yes" if r.fixable else "", r.summary] for r in load_catalog().values()]
+    rows = [
+        [r.code, r.name, r.default_severity, "yes" if r.fixable else "", r.summary] for r in load_catalog().values()
+    ]
     print(tabulate(rows, headers=["code", "name", "severity", "fix", "summary"], tablefmt="simple"))
     return EXIT_OK
 
@@ -163,8 +211,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         config = load_config(config_path)
         for option, codes in (("--select", args.select), ("--ignore", args.ignore)):
             if codes:
+
                 def err(message: str, option: str = option) -> ConfigError:
                     return ConfigError("<command line>", 0, option, message)
+
                 check_selectors(codes, err)
         config = config.with_overrides(target_cpu=args.target_cpu, select=args.select, ignore=args.ignore)
     except ConfigError as exc:
@@ -178,7 +228,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not args.no_cache:
         from qlint.cache import Cache, default_dir
 
-        cache = Cache(args.cache_dir or default_dir(), config, {"order": args.lowering})
+        # Every option that changes a report is part of the key: -v puts tracebacks in QL003 messages.
+        cache = Cache(args.cache_dir or default_dir(), config, {"order": args.lowering, "verbose": args.verbose})
     if args.targets_only:
         paths, targets = [], list(config.targets)
     elif args.paths:
@@ -194,8 +245,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         print("qlint: error: --jobs must be at least 1", file=sys.stderr)
         return EXIT_ERROR
-    report = engine.run(paths, targets, config, fix, cache, jobs=args.jobs, shard=args.shard,
-                        progress=_progress_bar(args), order=args.lowering, verbose=args.verbose)
+    report = engine.run(
+        paths,
+        targets,
+        config,
+        fix,
+        cache,
+        jobs=args.jobs,
+        shard=args.shard,
+        progress=_progress_bar(args),
+        order=args.lowering,
+        verbose=args.verbose,
+    )
 
     from qlint.suppressions import BaselineError, apply_baseline, apply_suppressions, write_baseline
 

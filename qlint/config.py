@@ -6,10 +6,12 @@ is only cheap to fix when it points at the spot.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -64,7 +66,7 @@ class Limits:
     def file_bytes(self) -> int:
         return int(self.file_mb * (1 << 20))
 
-    def archive(self) -> "ArchiveLimits":
+    def archive(self) -> ArchiveLimits:
         from qlint.archive import ArchiveLimits
 
         return ArchiveLimits(entry_bytes=int(self.entry_mb * (1 << 20)), total_bytes=2 * self.file_bytes,
@@ -106,7 +108,7 @@ class Config:
             return "off"
         return self.severities.get(code) or load_catalog()[code].default_severity
 
-    def with_overrides(self, **changes: Any) -> "Config":
+    def with_overrides(self, **changes: Any) -> Config:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
@@ -168,7 +170,7 @@ class _Parser:
     def mapping(self, node: yaml.Node, key: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, key, "expected a mapping")
-        items = []
+        items: list[tuple[str, yaml.Node, yaml.Node]] = []
         for k, v in node.value:
             if not isinstance(k, yaml.ScalarNode) or k.tag not in _PLAIN_TAGS:
                 raise self.error(k, key, "keys must be plain names")
@@ -230,7 +232,7 @@ class _Parser:
     def key_select(self, node: yaml.Node, key: str) -> tuple[str, ...]:
         values = self.strings(node, key)
         for item, value in zip(node.value, values, strict=True):
-            check_selectors((value,), lambda m, item=item: self.error(item, key, m))
+            check_selectors((value,), functools.partial(self.error, item, key))
         return values
 
     key_ignore = key_select

@@ -5,13 +5,15 @@ from __future__ import annotations
 import fnmatch
 import os
 import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from qlint.config import Config, Target
 from qlint.findings import ArtifactStats, Finding, InputError, Report
 from qlint.inputs import ReadError, regular_file
+
 
 @dataclass
 class Checked:
@@ -65,7 +67,9 @@ def display(path: Path) -> str:
         return path.as_posix()
 
 
-def check_program(program: Any, artifact: str, config: Config, *, order: str = "repaired", verbose: bool = False) -> Checked:
+def check_program(
+    program: Any, artifact: str, config: Config, *, order: str = "repaired", verbose: bool = False
+) -> Checked:
     """Lower one quantized ExportedProgram and run every rule on the result.
 
     When lowering raises, the failure becomes a QL003 finding and the rules run
@@ -103,14 +107,24 @@ class FixOptions:
     dry_run: bool = False
 
 
-def fix_into(report: Report, program: Any, artifact: str, destination: Path, inputs: list[tuple[Any, ...]],
-             config: Config, fix: FixOptions, **options: Any) -> None:
+def fix_into(
+    report: Report,
+    program: Any,
+    artifact: str,
+    destination: Path,
+    inputs: list[tuple[Any, ...]],
+    config: Config,
+    fix: FixOptions,
+    **options: Any,
+) -> None:
     """Fix one program and write its .pte atomically; on any failure write nothing."""
     from qlint.fix import FixError, VerificationError, fix_program
     from qlint.output import write_atomic
 
     try:
-        result = fix_program(program, artifact, config, inputs, order=options.get("order", "repaired"), dry_run=fix.dry_run)
+        result = fix_program(
+            program, artifact, config, inputs, order=options.get("order", "repaired"), dry_run=fix.dry_run
+        )
     except FixError as exc:
         report.errors.append(InputError(artifact, str(exc)))
         return
@@ -129,8 +143,15 @@ def fix_into(report: Report, program: Any, artifact: str, destination: Path, inp
     report.fixes.append(result.summary)
 
 
-def check_file(path: Path, config: Config, fix: FixOptions | None = None, cache: Any = None, *,
-               isolate: bool = False, **options: Any) -> Report:
+def check_file(
+    path: Path,
+    config: Config,
+    fix: FixOptions | None = None,
+    cache: Any = None,
+    *,
+    isolate: bool = False,
+    **options: Any,
+) -> Report:
     """Read one artifact's bytes once (bounded), answer from the cache or analyse them.
 
     The cache is consulted here, before any child process or torch import. A
@@ -154,8 +175,14 @@ def check_file(path: Path, config: Config, fix: FixOptions | None = None, cache:
     if hit is not None:
         return hit
     if isolate or path.suffix == ".pte":
-        report = run_isolated(analyse_file, (path, data, artifact, config, fix), kwargs=options, name=artifact,
-                              limits=config.limits, verbose=bool(options.get("verbose")))
+        report = run_isolated(
+            analyse_file,
+            (path, data, artifact, config, fix),
+            kwargs=options,
+            name=artifact,
+            limits=config.limits,
+            verbose=bool(options.get("verbose")),
+        )
     else:
         report = analyse_file(path, data, artifact, config, fix, **options)
     if key is not None:
@@ -163,8 +190,9 @@ def check_file(path: Path, config: Config, fix: FixOptions | None = None, cache:
     return report
 
 
-def analyse_file(path: Path, data: bytes, artifact: str, config: Config, fix: FixOptions | None = None,
-                 **options: Any) -> Report:
+def analyse_file(
+    path: Path, data: bytes, artifact: str, config: Config, fix: FixOptions | None = None, **options: Any
+) -> Report:
     """Check (or fix) the bytes of one artifact."""
     report = Report()
     try:
@@ -182,8 +210,16 @@ def analyse_file(path: Path, data: bytes, artifact: str, config: Config, fix: Fi
             from qlint.fix import output_path, verification_inputs
 
             inputs = verification_inputs(sample_inputs(program))
-            fix_into(report, program, artifact, output_path(path.parent, path.stem, fix.output_dir), inputs,
-                     config, fix, **options)
+            fix_into(
+                report,
+                program,
+                artifact,
+                output_path(path.parent, path.stem, fix.output_dir),
+                inputs,
+                config,
+                fix,
+                **options,
+            )
             return report
         checked = check_program(program, artifact, config, **options)
     except ReadError as exc:
@@ -209,7 +245,16 @@ def check_target(target: Target, config: Config, fix: FixOptions | None = None, 
         from qlint.fix import output_path, verification_inputs
 
         destination = output_path(config.base, target.name, fix.output_dir)
-        fix_into(report, program, artifact, destination, verification_inputs(example, calibration or []), config, fix, **options)
+        fix_into(
+            report,
+            program,
+            artifact,
+            destination,
+            verification_inputs(example, calibration or []),
+            config,
+            fix,
+            **options,
+        )
         return report
     checked = check_program(program, artifact, config, **options)
     report.findings.extend(checked.findings)
@@ -226,10 +271,15 @@ class Work:
 
     @property
     def name(self) -> str:
-        return display(self.path) if self.path is not None else f"target:{self.target.name}"
+        if self.path is not None:
+            return display(self.path)
+        assert self.target is not None
+        return f"target:{self.target.name}"
 
 
-def plan_work(paths: list[Path], targets: list[Target], config: Config, shard: tuple[int, int] | None = None) -> tuple[list[Work], list[InputError]]:
+def plan_work(
+    paths: list[Path], targets: list[Target], config: Config, shard: tuple[int, int] | None = None
+) -> tuple[list[Work], list[InputError]]:
     """Every file and target, in a stable order; with `shard=(i, n)` only the i-th of n slices.
 
     Slices are taken round-robin over the names sorted, so any machine that sees
@@ -245,16 +295,30 @@ def plan_work(paths: list[Path], targets: list[Target], config: Config, shard: t
     return work, errors
 
 
-def run_one(work: Work, config: Config, fix: FixOptions | None = None, cache: Any = None, *,
-            isolate: bool = False, **options: Any) -> Report:
+def run_one(
+    work: Work,
+    config: Config,
+    fix: FixOptions | None = None,
+    cache: Any = None,
+    *,
+    isolate: bool = False,
+    **options: Any,
+) -> Report:
     """One file or target; targets always in a child process of their own."""
     from qlint.isolation import run_isolated
 
     try:
         if work.target is not None:
-            report = run_isolated(check_target, (work.target, config, fix), kwargs=options, name=work.name,
-                                  limits=config.limits, verbose=bool(options.get("verbose")))
+            report = run_isolated(
+                check_target,
+                (work.target, config, fix),
+                kwargs=options,
+                name=work.name,
+                limits=config.limits,
+                verbose=bool(options.get("verbose")),
+            )
         else:
+            assert work.path is not None
             report = check_file(work.path, config, fix, cache, isolate=isolate, **options)
     except Exception as exc:  # a crash in one artifact must not lose the others
         from qlint.lowering import first_line
@@ -264,9 +328,18 @@ def run_one(work: Work, config: Config, fix: FixOptions | None = None, cache: An
     return report
 
 
-def run(paths: list[Path], targets: list[Target], config: Config, fix: FixOptions | None = None,
-        cache: Any = None, *, jobs: int = 1, shard: tuple[int, int] | None = None,
-        progress: Callable[[int, int, str], None] | None = None, **options: Any) -> Report:
+def run(
+    paths: list[Path],
+    targets: list[Target],
+    config: Config,
+    fix: FixOptions | None = None,
+    cache: Any = None,
+    *,
+    jobs: int = 1,
+    shard: tuple[int, int] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    **options: Any,
+) -> Report:
     """Check everything, reported in the serial order.
 
     Targets and `.pte` files always run in a child process (`qlint.isolation`);
@@ -283,7 +356,7 @@ def run(paths: list[Path], targets: list[Target], config: Config, fix: FixOption
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = pool.map(one, work) if jobs > 1 else map(one, work)
-        for done, (item, result) in enumerate(zip(work, results), 1):
+        for done, (item, result) in enumerate(zip(work, results, strict=False), 1):
             if progress:
                 progress(done, len(work), item.name)
             report.extend(result)

@@ -12,7 +12,17 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from qlint.graph_view import GraphView, Kind, QParams, base_name, op_name, output_dtype, output_value
+from qlint.graph_view import (
+    GraphView,
+    Kind,
+    QParams,
+    base_name,
+    input_node,
+    op_name,
+    output_dtype,
+    output_value,
+    run_node,
+)
 from qlint.islands import Island
 
 # Ops that act on each element alone: shape ops around them may be skipped when
@@ -97,19 +107,19 @@ def evaluate(view: GraphView, island: Island, dq: Node, values: torch.Tensor) ->
     Only meaningful where `not_per_integer` is None: shape ops are treated as
     identity on the flat vector of inputs, constants as their one value.
     """
-    env: dict[Node, torch.Tensor] = {dq: dq.target(values, *dq.args[1:], **dq.kwargs)}
+    env: dict[Node, torch.Tensor] = {dq: run_node(dq, values, *dq.args[1:], **dq.kwargs)}
     for node in island.nodes:
         if node not in island.compute:  # data movement, or a dtype conversion that rounds
-            source, dtype = env[node.args[0]], output_dtype(node)
+            source, dtype = env[input_node(node)], output_dtype(node)
             env[node] = source.to(dtype) if dtype is not None and dtype != source.dtype else source
             continue
         args = _arg(view, env, node.args)
         kwargs = {k: _arg(view, env, v) for k, v in node.kwargs.items()}
-        env[node] = node.target(*args, **kwargs)
+        env[node] = run_node(node, *args, **kwargs)
     results = {}
     for out in island.outputs:
         if view.kind(out) == Kind.QUANTIZE:
-            results[out] = out.target(env[out.args[0]].reshape(-1), *out.args[1:], **out.kwargs)
+            results[out] = run_node(out, env[input_node(out)].reshape(-1), *out.args[1:], **out.kwargs)
     return results
 
 
@@ -138,5 +148,5 @@ def requantize_identity(view: GraphView, dq: Node, q: Node) -> bool | None:
     if qp_in is None or qp_out is None or qp_in.dtype != qp_out.dtype:
         return None
     values, mask = input_domain(qp_in)
-    out = q.target(dq.target(values, *dq.args[1:]), *q.args[1:])
+    out = run_node(q, run_node(dq, values, *dq.args[1:]), *q.args[1:])
     return bool(torch.equal(out[mask], values[mask]))

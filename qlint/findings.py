@@ -98,7 +98,7 @@ class Report:
     fixes: list[FixSummary] = field(default_factory=list)
     checked: int = 0                                # artifacts and targets attempted
 
-    def extend(self, other: "Report") -> None:
+    def extend(self, other: Report) -> None:
         self.checked += other.checked
         self.findings.extend(other.findings)
         self.stats.extend(other.stats)

@@ -8,9 +8,10 @@ the folded program reproduces the unfolded one's outputs bit for bit.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch.fx import Node
@@ -18,7 +19,7 @@ from torch.fx import Node
 from qlint.config import Config
 from qlint.findings import ArtifactStats, Finding, FixSummary
 from qlint.folds import Fold
-from qlint.graph_view import GraphView, Kind, constant_inputs, output_dtype
+from qlint.graph_view import GraphView, Kind, constant_inputs, input_node, output_dtype
 from qlint.islands import requantize_pairs
 from qlint.memory import LivePeak, live_peak
 
@@ -75,7 +76,7 @@ def apply(program: Any, fold: Fold) -> None:
     from executorch.exir.dialects._ops import ops as exir_ops
 
     graph = program.graph_module.graph
-    producer = fold.dq.args[0]
+    producer = input_node(fold.dq)
     for out in fold.outputs:
         if fold.kind == "identity":
             with graph.inserting_before(out):
@@ -111,7 +112,9 @@ def _flatten(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def verification_inputs(example: tuple[Any, ...] | None, extra: Sequence[tuple[Any, ...]] = (), seeds: int = 8) -> list[tuple[Any, ...]]:
+def verification_inputs(
+    example: tuple[Any, ...] | None, extra: Sequence[tuple[Any, ...]] = (), seeds: int = 8
+) -> list[tuple[Any, ...]]:
     """The artifact's own inputs plus `seeds` seeded random batches of the same shapes."""
     batches = [b for b in ([example] if example else []) + list(extra)]
     if not batches:
@@ -119,10 +122,14 @@ def verification_inputs(example: tuple[Any, ...] | None, extra: Sequence[tuple[A
     template = batches[0]
     for seed in range(seeds):
         generator = torch.Generator().manual_seed(seed)
-        batches.append(tuple(
-            torch.randn(t.shape, generator=generator, dtype=t.dtype) * 2 if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-            for t in template
-        ))
+        batches.append(
+            tuple(
+                torch.randn(t.shape, generator=generator, dtype=t.dtype) * 2
+                if isinstance(t, torch.Tensor) and t.is_floating_point()
+                else t
+                for t in template
+            )
+        )
     return batches
 
 
@@ -138,8 +145,8 @@ def compare(before: list[list[torch.Tensor]], after: list[list[torch.Tensor]]) -
 @dataclass(frozen=True)
 class Serialized:
     pte: bytes
-    arena_bytes: int            # planned activation memory: sum of non_const_buffer_sizes
-    peak: LivePeak | None       # what the plan must hold at once, and where
+    arena_bytes: int  # planned activation memory: sum of non_const_buffer_sizes
+    peak: LivePeak | None  # what the plan must hold at once, and where
 
 
 def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
@@ -156,7 +163,9 @@ def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
         manager = EdgeProgramManager({"forward": copy.deepcopy(program)}, compile_config=cortex_m_edge_compile_config())
         executorch = manager.to_executorch()
     except Exception as exc:
-        raise FixError(f"to_executorch failed on the {which} program: {type(exc).__name__}: {first_line(exc)}") from None
+        raise FixError(
+            f"to_executorch failed on the {which} program: {type(exc).__name__}: {first_line(exc)}"
+        ) from None
     plan_ = executorch.executorch_program.execution_plan[0]
     peak = live_peak(executorch.exported_program().graph_module, root)
     return Serialized(executorch.buffer, int(sum(plan_.non_const_buffer_sizes)), peak)
@@ -170,10 +179,10 @@ def fp32_ops(view: GraphView) -> int:
 @dataclass
 class FixResult:
     summary: FixSummary
-    findings: list[Finding]     # what remains after fixing
+    findings: list[Finding]  # what remains after fixing
     stats: ArtifactStats
-    pte: bytes | None           # None for a dry run
-    program: Any = None         # the folded, lowered ExportedProgram
+    pte: bytes | None  # None for a dry run
+    program: Any = None  # the folded, lowered ExportedProgram
 
 
 def fix_program(

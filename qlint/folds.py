@@ -25,11 +25,11 @@ from torch.fx import Node
 
 from qlint.config import Config
 from qlint.evaluate import evaluate, input_domain, not_per_integer, runtime_input
-from qlint.graph_view import GraphView, Kind, op_name, output_dtype
+from qlint.graph_view import GraphView, Kind, input_node, op_name, output_dtype, run_node
 from qlint.islands import Island
 
 if TYPE_CHECKING:
-    from qlint.checks import Analysis
+    from qlint.checks import Analysis, ScaleIsland
 
 FLOAT32_TINY = 1.1754943508222875e-38  # smallest normal float32
 
@@ -53,7 +53,9 @@ class Fold:
             return f"identity: replace {ops} with {replay.removesuffix(', ')}" if replay else f"identity: remove {ops}"
         if self.kind == "table":
             return f"table: replace {ops} with {replay}cortex_m.quantized_activation (256-entry int8 table)"
-        return f"rescale: remove {', '.join(op_name(n) for n in self.removed)}; output quantize scale -> {self.scale:.9g}"
+        return (
+            f"rescale: remove {', '.join(op_name(n) for n in self.removed)}; output quantize scale -> {self.scale:.9g}"
+        )
 
 
 @dataclass
@@ -77,7 +79,7 @@ def _shape_chain(dq: Node, island: Island, out: Node) -> list[Node] | None:
     """
     nodes = island.nodes
     path: list[Node] = []
-    node = out.args[0]
+    node = input_node(out)
     while node is not dq:
         if node not in nodes:
             return None
@@ -102,14 +104,16 @@ def _reshapes(dq: Node, island: Island, outputs: list[Node]) -> list[Node] | str
     if chain is None:
         return "the island reshapes its input along more than one path"
     # A dtype conversion is part of the function (evaluated, so in the table), not data movement.
-    return [n for n in chain if output_dtype(n) == output_dtype(n.args[0])]
+    return [n for n in chain if output_dtype(n) == output_dtype(input_node(n))]
 
 
-def plan_int_fold(view: GraphView, code: str, anchor: Node, dq: Node, island: Island, outputs: list[Node]) -> Fold | str:
+def plan_int_fold(
+    view: GraphView, code: str, anchor: Node, dq: Node, island: Island, outputs: list[Node]
+) -> Fold | str:
     """Identity or table for an elementwise region from `dq` to its quantize `outputs`."""
     qp_in = view.qparams(dq)
-    qps = [view.qparams(o) for o in outputs]
-    if qp_in is None or any(q is None for q in qps):
+    qps = [qp for qp in (view.qparams(o) for o in outputs) if qp is not None]
+    if qp_in is None or len(qps) != len(outputs):
         return "qparams are not per-tensor literals"
     reshapes = _reshapes(dq, island, outputs)
     if isinstance(reshapes, str):
@@ -117,7 +121,10 @@ def plan_int_fold(view: GraphView, code: str, anchor: Node, dq: Node, island: Is
     values, mask = input_domain(qp_in)
     reference = evaluate(view, island, dq, values)
     nodes = island.nodes
-    if all(torch.equal(reference[o][mask], values[mask]) and qp.dtype == qp_in.dtype for o, qp in zip(outputs, qps, strict=True)):
+    if all(
+        torch.equal(reference[o][mask], values[mask]) and qp.dtype == qp_in.dtype
+        for o, qp in zip(outputs, qps, strict=True)
+    ):
         return Fold("identity", code, anchor, dq, outputs, nodes, reshapes=reshapes)
     if qp_in.dtype == torch.int8 and all(qp.dtype == torch.int8 for qp in qps):
         luts = {o: reference[o].to(torch.int8) for o in outputs}
@@ -138,43 +145,48 @@ def _scale_candidates(scale: float, steps: int = 16) -> list[float]:
     return candidates
 
 
-def plan_rescale(view: GraphView, scale_island, outputs: list[Node]) -> Fold | str:  # type: ignore[no-untyped-def]
+def plan_rescale(view: GraphView, scale_island: ScaleIsland, outputs: list[Node]) -> Fold | str:
     """int16: fold the island's constant factor into the output quantize scale, if exact."""
     factor = scale_island.factor
     if not (math.isfinite(factor) and factor > 0):
         return f"the constant factor {factor:g} is not positive and finite; a scale cannot absorb it"
-    [out] = outputs if len(outputs) == 1 else [None]
-    if out is None:
+    if len(outputs) != 1:
         return "the island feeds more than one quantize"
+    [out] = outputs
     dq, island = scale_island.dq, scale_island.island
     reshapes = _reshapes(dq, island, outputs)
     if isinstance(reshapes, str):
         return reshapes
-    qp_in, qp_out = view.qparams(dq), view.qparams(out)
+    qp_in, qp_out = scale_island.qp_in, scale_island.qp_out  # what view.qparams gave classify()
     values, mask = input_domain(qp_in)
     reference = evaluate(view, island, dq, values)[out][mask]
     if torch.equal(reference, values[mask]) and qp_out.dtype == qp_in.dtype:
         return Fold("identity", "QL001", island.anchor, dq, outputs, island.nodes, reshapes=reshapes)
     if reshapes:
         return "the island reshapes its input; a rescaled quantize would see the other shape"
-    dequantized = dq.target(values, *dq.args[1:])
+    dequantized = run_node(dq, values, *dq.args[1:])
     found, best = None, None
     for new_scale in _scale_candidates(qp_out.scale / factor):
         if not (math.isfinite(new_scale) and FLOAT32_TINY <= new_scale < sys.float_info.max):
             return f"the folded scale {new_scale:g} is not a normal positive float"
-        attempt = out.target(dequantized, new_scale, *out.args[2:])
+        attempt = run_node(out, dequantized, new_scale, *out.args[2:])
         differing = int((attempt[mask] != reference).sum())
         if differing == 0:
             found = new_scale
             break
         best = differing if best is None else min(best, differing)
     if found is None:
-        return (f"folding into the output scale changes at least {best} of {int(mask.sum())} "
-                f"{qp_in.dtype_name} values for every candidate scale")
+        return (
+            f"folding into the output scale changes at least {best} of {int(mask.sum())} "
+            f"{qp_in.dtype_name} values for every candidate scale"
+        )
     return Fold("rescale", "QL001", island.anchor, dq, outputs, island.nodes, scale=found)
 
 
-def plan_island(view: GraphView, island, scale_island, reason: str | None, config: Config, blocked: list[str]) -> Fold | str:  # type: ignore[no-untyped-def]
+def plan_island(
+    view: GraphView, island: Island, scale_island: ScaleIsland | None, reason: str | None, config: Config,
+    blocked: list[str],
+) -> Fold | str:
     """How to fold one island, or why it is left."""
     code = "QL001" if scale_island is not None else "QL002"
     if blocked:
@@ -212,7 +224,7 @@ def plan_pair(view: GraphView, dq: Node, q: Node, config: Config) -> Fold | str:
     return plan_int_fold(view, "QL004", q, dq, Island([], [], [dq], [q]), [q])
 
 
-def plan(analysis: "Analysis", config: Config) -> tuple[list[Fold], list[Left]]:
+def plan(analysis: Analysis, config: Config) -> tuple[list[Fold], list[Left]]:
     """A fold for every island and requantize pair that has one; the reason for the rest."""
     from qlint.checks import blocked_guards
     from qlint.islands import requantize_pairs

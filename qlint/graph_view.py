@@ -16,7 +16,7 @@ import math
 import operator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.fx import Node
@@ -104,12 +104,26 @@ def op_name(node: Node) -> str:
     target = node.target
     if isinstance(target, str):
         return target
-    inner = target if isinstance(target, torch._ops.OpOverload) else getattr(target, "_op", target)
+    inner: Any = target if isinstance(target, torch._ops.OpOverload) else getattr(target, "_op", None) or target
     if isinstance(inner, torch._ops.OpOverload):
         return f"{inner.namespace}.{inner._opname}.{inner._overloadname}"
     if target is operator.getitem:
         return "getitem"
     return getattr(target, "__name__", str(target))
+
+
+def run_node(node: Node, *args: Any, **kwargs: Any) -> Any:
+    """Call a call_function node's operator on concrete values (its target is never a string here)."""
+    target = node.target
+    assert callable(target), f"{node.name} has no callable target"
+    return target(*args, **kwargs)
+
+
+def input_node(node: Node, index: int = 0) -> Node:
+    """The node feeding argument `index` of `node` (shape ops and quantize nodes take one)."""
+    arg = node.args[index]
+    assert isinstance(arg, Node), f"argument {index} of {node.name} is not a node"
+    return arg
 
 
 def packet(name: str) -> str:
@@ -239,7 +253,7 @@ class GraphView:
             return None
         if len(node.args) < 6:
             return None
-        scale, zp, qmin, qmax, dtype = node.args[1:6]
+        scale, zp, qmin, qmax, dtype = cast(tuple[Any, ...], node.args[1:6])
         if not isinstance(scale, (int, float)) or not isinstance(zp, int):
             return None
         return QParams(float(scale), int(zp), int(qmin), int(qmax), dtype)

@@ -19,7 +19,8 @@ import os
 import resource
 import signal
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from qlint.config import Limits
 from qlint.findings import InputError, Report
@@ -43,8 +44,9 @@ def run_isolated(function: Callable[..., Report], args: tuple[Any, ...], *, kwar
     context = _get_context()
     receiver, sender = context.Pipe(duplex=False)
     budget = int(limits.memory_mb * (1 << 20))
-    child = context.Process(target=_child, args=(sender, function, args, kwargs or {}, dict(os.environ), verbose, budget),
-                            daemon=True)
+    child = context.Process(
+        target=_child, args=(sender, function, args, kwargs or {}, dict(os.environ), verbose, budget), daemon=True
+    )
     timeout = limits.timeout_s
     child.start()
     sender.close()
@@ -81,8 +83,15 @@ def _error(name: str, message: str) -> Report:
     return Report(errors=[InputError(name, message)])
 
 
-def _child(sender: Any, function: Callable[..., Report], args: tuple[Any, ...], kwargs: dict[str, Any],
-           environ: dict[str, str], verbose: bool, budget: int) -> None:
+def _child(
+    sender: Any,
+    function: Callable[..., Report],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    environ: dict[str, str],
+    verbose: bool,
+    budget: int,
+) -> None:
     """The child's side: the parent's environment, a memory budget on top of the loaded
     stack, and model output kept off the report's stdout."""
     os.environ.clear()
@@ -102,8 +111,9 @@ def _child(sender: Any, function: Callable[..., Report], args: tuple[Any, ...], 
     except SystemExit as exc:
         result = _error(_name(args), f"called sys.exit({exc.code!r}) instead of returning")
     except MemoryError:
-        result = _error(_name(args), f"needed more than its {budget >> 20} MiB memory budget "
-                                     "(limits.memory_mb in .qlint.yaml)")
+        result = _error(
+            _name(args), f"needed more than its {budget >> 20} MiB memory budget (limits.memory_mb in .qlint.yaml)"
+        )
     except BaseException as exc:  # noqa: BLE001 - the child reports, the parent decides
         from qlint.lowering import first_line
 
@@ -117,7 +127,7 @@ def _child(sender: Any, function: Callable[..., Report], args: tuple[Any, ...], 
 def _name(args: tuple[Any, ...]) -> str:
     """The unit's name for an error the child reports itself: a target, or an artifact's path."""
     first = args[0] if args else None
-    if hasattr(first, "factory"):
+    if first is not None and hasattr(first, "factory"):
         return f"target:{first.name}"
     return str(args[2]) if len(args) > 2 and isinstance(args[2], str) else "<work>"
 

@@ -9,9 +9,10 @@ whether something else (fp32 graph inputs, a LayerNorm) sets it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 from torch.fx import GraphModule, Node
@@ -89,9 +90,9 @@ def live_peak(graph_module: GraphModule, root: Path) -> LivePeak | None:
         return None
     best_step, best = 0, -1
     for step in sorted({b.start for b in buffers}):  # the live set only grows where a lifetime starts
-        live = _covered(b for b in buffers if b.start <= step <= b.end)
-        if live > best:
-            best_step, best = step, live
+        size = _covered(b for b in buffers if b.start <= step <= b.end)
+        if size > best:
+            best_step, best = step, size
     live = [b for b in buffers if b.start <= best_step <= b.end]
     node = _operator_at(graph_module, best_step)
     where = locate(node.meta.get("stack_trace"), root) if node is not None else None

@@ -39,7 +39,7 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def remove_stale_temps(folder: Path) -> list[str]:
     """Remove the temp files of writers that no longer run; return their names."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(folder)
     except OSError:

@@ -137,7 +137,7 @@ def program_view(program: Any) -> Any:
         is_qdq = operator.name in ("cortex_m::quantize_per_tensor", "cortex_m::dequantize_per_tensor")
         node_args = tuple(arg(i, as_dtype=is_qdq and pos == 5) for pos, i in enumerate(inputs))
         target = _functional(operator.name) or operator.name
-        node = graph.call_function(target, node_args) if callable(target) else graph.call_function(_unknown(operator.name), node_args)
+        node = graph.call_function(target if callable(target) else _unknown(operator.name), node_args)
         if len(outs) == 1:
             node.meta["val"] = meta_tensor(plan.values[outs[0]].val)
             env[outs[0]] = node
@@ -155,7 +155,8 @@ def program_view(program: Any) -> Any:
         graph_module=module,
         graph=graph,
         graph_signature=SimpleNamespace(
-            inputs_to_parameters={}, inputs_to_buffers={k: k for k in buffers},
+            inputs_to_parameters={},
+            inputs_to_buffers={k: k for k in buffers},
             inputs_to_lifted_tensor_constants={},
         ),
         state_dict=buffers,
@@ -166,6 +167,7 @@ def program_view(program: Any) -> Any:
 
 def _unknown(name: str) -> Any:
     """A stand-in target for an operator torch does not know: named, never run."""
+
     def kernel(*args: Any) -> Any:
         raise RuntimeError(f"{name} is not registered with torch")
 

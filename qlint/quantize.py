@@ -6,8 +6,9 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from qlint import backend
 from qlint.config import Target
@@ -101,7 +102,9 @@ def _inside(path: str, root: Path) -> bool:
     return Path(os.path.abspath(path)).is_relative_to(Path(os.path.abspath(root)))
 
 
-def quantize_target(target: Target, base: Path, root: Path) -> tuple[Any, tuple[Any, ...], list[tuple[Any, ...]] | None]:
+def quantize_target(
+    target: Target, base: Path, root: Path
+) -> tuple[Any, tuple[Any, ...], list[tuple[Any, ...]] | None]:
     """The quantized program, its example inputs and its calibration batches."""
     model, example, calibration = call_factory(target, base, root)
     try:

@@ -16,7 +16,8 @@ import contextlib
 import io
 import operator
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from qlint import backend
 from qlint.archive import ArchiveLimits, parse_pt2, read_zip, write_zip
@@ -97,7 +98,9 @@ def _sample_inputs(data: bytes, limits: ArchiveLimits) -> tuple[tuple[Any, ...],
         value = torch.load(io.BytesIO(nested), weights_only=True)
     except Exception as exc:
         raise ReadError(f"sample inputs are not plain tensors: {_unpickler_reason(exc)}") from None
-    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple) and isinstance(value[1], dict)):
+    if not (
+        isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple) and isinstance(value[1], dict)
+    ):
         raise ReadError("sample inputs are not (args, kwargs)")
     return value
 

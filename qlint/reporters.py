@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 from tabulate import tabulate
 
@@ -34,8 +35,8 @@ def text(report: Report, *, quiet: bool = False, show_summary: bool = True) -> s
                 lines.append(f"  --> {f.location}{code}")
             if f.node:
                 lines.append(f"  node: {f.node}")
-    for fix in report.fixes:
-        lines.extend(fix_lines(fix))
+    for summary in report.fixes:
+        lines.extend(fix_lines(summary))
     lines = [printable(line) for line in lines]  # names and messages come from artifacts
     if show_summary and not quiet and report.stats:
         lines.append("")
@@ -69,14 +70,23 @@ def fix_lines(fix: FixSummary) -> list[str]:
             lines.append(f"  live peak {fix.live_peak_bytes[0]} -> {fix.live_peak_bytes[1]} bytes, "
                          f"at {peak['node']}{where}: {peak['fp32_bytes']} fp32, "
                          f"{peak['input_bytes']} of them graph inputs")
-    lines.append(f"  lowering repair: {'needed (linear feeding a batch matmul)' if fix.lowering_repair else 'not needed'}")
+    lines.append(
+        f"  lowering repair: {'needed (linear feeding a batch matmul)' if fix.lowering_repair else 'not needed'}"
+    )
     return lines
 
 
 def summary_table(report: Report, fmt: str = "simple") -> str:
     rows = [
-        [printable(s.artifact), s.nodes, s.int_kernels, s.fp32_islands, s.fp32_elements, f"{s.coverage:.0%}",
-         "yes" if s.lowered else "no (QL003)"]
+        [
+            printable(s.artifact),
+            s.nodes,
+            s.int_kernels,
+            s.fp32_islands,
+            s.fp32_elements,
+            f"{s.coverage:.0%}",
+            "yes" if s.lowered else "no (QL003)",
+        ]
         for s in report.stats
     ]
     headers = ["artifact", "nodes", "int8 kernels", "fp32 islands", "fp32 elements", "coverage", "lowered"]
@@ -163,7 +173,7 @@ def sarif(report: Report) -> str:
     ]
     results = []
     for f in report.findings:
-        location = {
+        location: dict[str, Any] = {
             "physicalLocation": {
                 "artifactLocation": {"uri": f.location.path if f.location else f.artifact},
                 **({"region": {"startLine": f.location.line}} if f.location else {}),
@@ -171,19 +181,26 @@ def sarif(report: Report) -> str:
         }
         if f.node:
             location["logicalLocations"] = [{"name": f.node, "kind": "function"}]
-        results.append({
-            "ruleId": f.code,
-            "ruleIndex": codes.index(f.code),
-            "level": SARIF_LEVEL[f.severity],
-            "message": {"text": f.message},
-            "locations": [location],
-            "properties": {"artifact": f.artifact, "fixable": f.fixable},
-        })
-    notifications = [
-        {"level": "error", "message": {"text": f"{e.artifact}: {e.message}"}} for e in report.errors
-    ]
+        results.append(
+            {
+                "ruleId": f.code,
+                "ruleIndex": codes.index(f.code),
+                "level": SARIF_LEVEL[f.severity],
+                "message": {"text": f.message},
+                "locations": [location],
+                "properties": {"artifact": f.artifact, "fixable": f.fixable},
+            }
+        )
+    notifications = [{"level": "error", "message": {"text": f"{e.artifact}: {e.message}"}} for e in report.errors]
     run = {
-        "tool": {"driver": {"name": "qlint", "version": __version__, "informationUri": "https://github.com/qlint/qlint", "rules": rules}},
+        "tool": {
+            "driver": {
+                "name": "qlint",
+                "version": __version__,
+                "informationUri": "https://github.com/qlint/qlint",
+                "rules": rules,
+            }
+        },
         "results": results,
         "invocations": [{"executionSuccessful": not report.errors, "toolExecutionNotifications": notifications}],
     }
@@ -196,8 +213,16 @@ def markdown(report: Report) -> str:
     if report.stats:
         lines += [summary_table(report, "github"), ""]
     if report.findings:
-        rows = [[f"`{f.code}`", f.severity, printable(f.artifact), f"`{f.location}`" if f.location else "",
-                 printable(f.message).replace("|", "\\|")] for f in report.findings]
+        rows = [
+            [
+                f"`{f.code}`",
+                f.severity,
+                printable(f.artifact),
+                f"`{f.location}`" if f.location else "",
+                printable(f.message).replace("|", "\\|"),
+            ]
+            for f in report.findings
+        ]
         lines += [tabulate(rows, headers=["code", "severity", "artifact", "source", "message"], tablefmt="github"), ""]
     for fix in report.fixes:
         lines += ["```", *(printable(line) for line in fix_lines(fix)), "```", ""]

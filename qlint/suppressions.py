@@ -61,12 +61,12 @@ def apply_suppressions(report: Report, config: Config) -> None:
     files: dict[str, str] = {}
     for finding in report.findings:
         location = finding.location
-        codes = sources.comment(location.file, location.line) if location else None
-        if location:
+        if location is not None:
             files[location.file] = location.path
-        if codes is not None and (not codes or finding.code in codes):
-            used.add((location.file, location.line))
-            continue
+            codes = sources.comment(location.file, location.line)
+            if codes is not None and (not codes or finding.code in codes):
+                used.add((location.file, location.line))
+                continue
         kept.append(finding)
     report.findings = kept
     if config.severity("QL006") == "off":

@@ -115,3 +115,17 @@ def test_bad_shard_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as raised:
         run_cli(["check", "--shard", "4/3", "."], capsys)
     assert raised.value.code == 2
+
+
+def test_verbose_tracebacks_never_reach_a_plain_run_through_the_cache(
+    pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A -v run caches QL003 with its traceback; a later plain run must print one line."""
+    program = pt2_dir("make_multi_head")
+    args = ["check", "--cache-dir", str(tmp_path), "--lowering", "stock", "--output-format", "json", str(program)]
+    _, verbose, _ = run_cli([*args, "-v"], capsys)
+    _, plain, _ = run_cli(args, capsys)
+    [long] = [f["message"] for f in json.loads(verbose)["findings"] if f["code"] == "QL003"]
+    [short] = [f["message"] for f in json.loads(plain)["findings"] if f["code"] == "QL003"]
+    assert "\n" in long and "Traceback" in long
+    assert "\n" not in short and short == long.splitlines()[0]
