@@ -19,7 +19,7 @@ __all__ = ["Config", "FixError", "FixResult", "VerificationError", "fix", "lint"
 
 def lint(program: Any, config: Config | None = None, *, artifact: str = "<program>") -> list[Finding]:
     """Lower a quantized ExportedProgram for Cortex-M and return every finding."""
-    from qlint.engine import check_program
+    from qlint.program import check_program
 
     return check_program(program, artifact, config or Config()).findings
 

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from qlint.config import Limits
 from qlint.inputs import ReadError
 
 # Operator namespaces a quantized Cortex-M program is made of.
@@ -52,6 +53,12 @@ class ArchiveLimits:
     entry_bytes: int        # the largest entry, after decompression
     total_bytes: int        # all entries together, after decompression
     tensor_bytes: int       # all tensors the graph declares, together
+
+    @classmethod
+    def of(cls, limits: Limits) -> ArchiveLimits:
+        """The archive bounds of a config's `limits:`."""
+        return cls(entry_bytes=int(limits.entry_mb * (1 << 20)), total_bytes=2 * limits.file_bytes,
+                   tensor_bytes=int(limits.tensor_mb * (1 << 20)))
 
 
 @dataclass

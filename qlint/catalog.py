@@ -47,10 +47,6 @@ def load_catalog() -> dict[str, Rule]:
     return rules
 
 
-def rule(code: str) -> Rule:
-    return load_catalog()[code]
-
-
 def render_rule(r: Rule) -> str:
     """The `qlint rule CODE` page: ruff's what / why / example / fix safety."""
     fix = "fixable" if r.fixable else "not fixable"

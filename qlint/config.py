@@ -11,16 +11,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from qlint.catalog import load_catalog
 from qlint.findings import SEVERITIES
 from qlint.inputs import ReadError, printable, read_input
-
-if TYPE_CHECKING:
-    from qlint.archive import ArchiveLimits
 
 CONFIG_NAME = ".qlint.yaml"
 CONFIG_MAX_BYTES = 1 << 20
@@ -65,12 +62,6 @@ class Limits:
     @property
     def file_bytes(self) -> int:
         return int(self.file_mb * (1 << 20))
-
-    def archive(self) -> ArchiveLimits:
-        from qlint.archive import ArchiveLimits
-
-        return ArchiveLimits(entry_bytes=int(self.entry_mb * (1 << 20)), total_bytes=2 * self.file_bytes,
-                             tensor_bytes=int(self.tensor_mb * (1 << 20)))
 
 
 @dataclass(frozen=True)

@@ -4,26 +4,15 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from qlint.config import Config, Target
-from qlint.findings import ArtifactStats, Finding, InputError, Report
+from qlint.findings import InputError, Report
 from qlint.inputs import ReadError, regular_file
-
-
-@dataclass
-class Checked:
-    """One program after checking: what the rules found and what was lowered."""
-
-    findings: list[Finding]
-    stats: ArtifactStats
-    analysis: Any
-    lowered: Any | None       # the lowered ExportedProgram, when lowering worked
-    edge: Any | None          # the EdgeProgramManager it came from
+from qlint.program import check_program
 
 
 def _matches(rel: str, patterns: Iterable[str]) -> bool:
@@ -65,40 +54,6 @@ def display(path: Path) -> str:
         return path.absolute().relative_to(Path.cwd().absolute()).as_posix()
     except ValueError:
         return path.as_posix()
-
-
-def check_program(
-    program: Any, artifact: str, config: Config, *, order: str = "repaired", verbose: bool = False
-) -> Checked:
-    """Lower one quantized ExportedProgram and run every rule on the result.
-
-    When lowering raises, the failure becomes a QL003 finding and the rules run
-    on the quantized program instead, so the islands are still reported.
-    """
-    from qlint.checks import FindingFactory, check
-    from qlint.graph_view import GraphView
-    from qlint.lowering import LoweringError, first_line, run_passes, to_edge
-
-    make = FindingFactory(artifact, config)
-    failure: Finding | None = None
-    edge = lowered = None
-    try:
-        edge = to_edge(program)
-        lowered = run_passes(edge.exported_program(), config.target_cpu, order).program
-        view = GraphView(lowered)
-    except LoweringError as exc:
-        node = exc.node
-        where = f" at node {node.name}" if node is not None else ""
-        message = f"Cortex-M lowering failed in {exc.pass_name}{where}: {first_line(exc.cause)}"
-        if verbose:
-            message += "\n" + "".join(traceback.format_exception(exc.cause))
-        failure = make.make("QL003", message, (node,) if node is not None else (), pass_name=exc.pass_name)
-        lowered = None
-        view = GraphView(program)
-    findings, stats, analysis = check(view, artifact, config)
-    if failure is not None:
-        findings.insert(0, failure)
-    return Checked(findings, stats, analysis, lowered, edge)
 
 
 @dataclass
@@ -203,9 +158,10 @@ def analyse_file(
             report.findings.extend(findings)
             report.stats.append(stats)
             return report
+        from qlint.archive import ArchiveLimits
         from qlint.readers import read_pt2, sample_inputs
 
-        program = read_pt2(data, config.limits.archive())
+        program = read_pt2(data, ArchiveLimits.of(config.limits))
         if fix is not None:
             from qlint.fix import output_path, verification_inputs
 

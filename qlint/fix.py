@@ -200,8 +200,8 @@ def fix_program(
     outputs differ from the unfolded one's on any verification input.
     """
     from qlint.checks import check
-    from qlint.engine import check_program
     from qlint.lowering import needs_repair
+    from qlint.program import check_program
 
     checked = check_program(program, artifact, config, order=order)
     if checked.lowered is None:

@@ -29,7 +29,7 @@ from qlint.graph_view import GraphView, Kind, input_node, op_name, output_dtype,
 from qlint.islands import Island
 
 if TYPE_CHECKING:
-    from qlint.checks import Analysis, ScaleIsland
+    from qlint.analysis import Analysis, ScaleIsland
 
 FLOAT32_TINY = 1.1754943508222875e-38  # smallest normal float32
 
@@ -226,7 +226,7 @@ def plan_pair(view: GraphView, dq: Node, q: Node, config: Config) -> Fold | str:
 
 def plan(analysis: Analysis, config: Config) -> tuple[list[Fold], list[Left]]:
     """A fold for every island and requantize pair that has one; the reason for the rest."""
-    from qlint.checks import blocked_guards
+    from qlint.analysis import blocked_guards
     from qlint.islands import requantize_pairs
 
     view = analysis.view

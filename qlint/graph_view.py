@@ -275,6 +275,3 @@ class GraphView:
         if not isinstance(value, torch.Tensor):
             return None
         return Constant(fqn, kind, value)
-
-    def location_meta(self, node: Node) -> str | None:
-        return node.meta.get("stack_trace")

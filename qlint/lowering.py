@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from qlint import backend
@@ -97,19 +96,12 @@ def to_edge(ep: Any) -> Any:
     return exir_to_edge(ep, compile_config=cortex_m_edge_compile_config())
 
 
-@dataclass
-class Lowered:
-    program: Any
-    passes: list[str] = field(default_factory=list)
-
-
-def run_passes(edge_program: Any, cpu: str = "cortex-m55", order: str = "repaired") -> Lowered:
+def run_passes(edge_program: Any, cpu: str = "cortex-m55", order: str = "repaired") -> Any:
     """Apply the pass list to an edge-dialect ExportedProgram, one pass at a time."""
     from executorch.exir.program._program import _transform, lift_constant_tensor_pass
 
     config = target_config(cpu)
     program = edge_program
-    names = []
     for pass_cls in pass_list(order):
         params = inspect.signature(pass_cls).parameters
         kwargs: dict[str, Any] = {}
@@ -123,8 +115,7 @@ def run_passes(edge_program: Any, cpu: str = "cortex-m55", order: str = "repaire
             name = _node_in(exc)
             node = next((n for n in program.graph.nodes if n.name == name), None)
             raise LoweringError(pass_cls.__name__, node, exc) from exc
-        names.append(pass_cls.__name__)
-    return Lowered(lift_constant_tensor_pass(program), names)
+    return lift_constant_tensor_pass(program)
 
 
 def needs_repair(program: Any) -> bool:

@@ -23,7 +23,7 @@ def _where(f: Finding) -> str:
     return f"{f.location}" if f.location else f.artifact
 
 
-def text(report: Report, *, quiet: bool = False, show_summary: bool = True) -> str:
+def text(report: Report, *, quiet: bool = False) -> str:
     lines = []
     for f in report.findings:
         fix = " [*]" if f.fixable else ""
@@ -38,7 +38,7 @@ def text(report: Report, *, quiet: bool = False, show_summary: bool = True) -> s
     for summary in report.fixes:
         lines.extend(fix_lines(summary))
     lines = [printable(line) for line in lines]  # names and messages come from artifacts
-    if show_summary and not quiet and report.stats:
+    if not quiet and report.stats:
         lines.append("")
         lines.append(summary_table(report, "simple"))
     if not quiet:

@@ -11,9 +11,9 @@ import torch
 
 from conftest import run_cli, run_json
 from qlint.api import fix, lint
-from qlint.checks import analyse
+from qlint.analysis import analyse
 from qlint.config import Config, FoldGuards
-from qlint.engine import check_program
+from qlint.program import check_program
 from qlint.folds import plan
 from qlint.graph_view import GraphView, op_name
 
@@ -133,7 +133,7 @@ def test_int16_guards_leave_the_island_and_say_why(quantized: Callable[..., Any]
 
 def test_clamp_range_guard(quantized: Callable[..., Any]) -> None:
     """int16 quantizes use [-32767, 32767]; a fold into an int8 [-128, 127] consumer would be blocked."""
-    from qlint.checks import ScaleIsland, blocked_guards
+    from qlint.analysis import ScaleIsland, blocked_guards
     from qlint.graph_view import QParams
 
     scale = ScaleIsland(None, None, [], QParams(1.0, 0, -32767, 32767, torch.int16), QParams(1.0, 0, -32768, 32767, torch.int16))

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import run_json
 from qlint.config import Config
-from qlint.engine import check_program
+from qlint.program import check_program
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import pytest
 
 from qlint.config import Config, FoldGuards
-from qlint.engine import check_program
+from qlint.program import check_program
 
 
 def codes(findings: list[Any]) -> list[str]:
