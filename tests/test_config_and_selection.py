@@ -30,7 +30,7 @@ def write(tmp_path: Path, text: str) -> Path:
         ("select: [QL001, XX1]\n", 1, "select", "unknown rule code 'XX1'"),
         ("targets:\n  - name: a\n    factory: not a factory\n", 2, "targets.factory", "is not `package.module:function`"),
         ("target_cpu: cortex-a53\n", 1, "target_cpu", "'cortex-a53' is not one of"),
-        ("include: [a\n", 2, "<yaml>", ""),
+        ("include: [a\n", 2, "<yaml>", "expected ',' or ']', but got '<stream end>'"),
     ],
 )
 def test_config_errors_name_file_line_and_key(tmp_path: Path, text: str, line: int, key: str, message: str) -> None:
@@ -114,9 +114,23 @@ def test_unknown_selector_on_command_line(attention: Path, capsys: pytest.Captur
     assert code == 2 and "unknown rule code 'QX1'" in err
 
 
-def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, data = run_json(["check", str(attention), "--target-cpu", "cortex-m0"], capsys)
+def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """--target-cpu reaches the lowering (the real target config, recorded on its way)."""
+    from qlint import lowering
+
+    used: list[str] = []
+    real = lowering.target_config
+
+    def recording(cpu: str) -> object:
+        used.append(cpu)
+        return real(cpu)
+
+    monkeypatch.setattr(lowering, "target_config", recording)
+    code, data = run_json(["check", "--no-cache", str(attention), "--target-cpu", "cortex-m0"], capsys)
     assert {f["code"] for f in data["findings"]} == {"QL001", "QL004", "QL005"}
+    assert used == ["cortex-m0"]
+    run_json(["check", "--no-cache", str(attention)], capsys)
+    assert used == ["cortex-m0", "cortex-m55"]  # the default
 
 
 def test_directories_are_walked_with_include_and_exclude(

@@ -131,7 +131,7 @@ def test_int16_guards_leave_the_island_and_say_why(quantized: Callable[..., Any]
     assert "aten.div.Tensor" not in ops(result.program)
 
 
-def test_clamp_range_guard(quantized: Callable[..., Any]) -> None:
+def test_clamp_range_guard() -> None:
     """int16 quantizes use [-32767, 32767]; a fold into an int8 [-128, 127] consumer would be blocked."""
     from qlint.analysis import ScaleIsland, blocked_guards
     from qlint.graph_view import QParams

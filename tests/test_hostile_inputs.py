@@ -18,14 +18,14 @@ import subprocess
 import sys
 import textwrap
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+from conftest import ROOT, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import ROOT, run_cli
 
 EXAMPLE = ROOT / "examples" / "attention.pt2"
 GiB = 1 << 30
@@ -126,7 +126,8 @@ def duplicate(items: Entries, sentinel: Path, evil_first: bool) -> Entries:
     harmless = dict(items)[name]
     evil = constant("opaque_obj_0", True)
     pair = [(name, evil), (name, harmless)] if evil_first else [(name, harmless), (name, evil)]
-    return [(n, d) for n, d in items if n != name] + pair + [("attention/data/constants/opaque_obj_0", pickled(sentinel))]
+    payload = ("attention/data/constants/opaque_obj_0", pickled(sentinel))
+    return [(n, d) for n, d in items if n != name] + pair + [payload]
 
 
 def first_node(program: Any) -> dict[str, Any]:
@@ -148,55 +149,102 @@ ATTACKS: dict[str, tuple[Callable[[Entries, Path], Entries], str]] = {
     "custom-object-constant": (
         lambda e, s: replace(e, "model_constants_config.json", constant("custom_obj_0", False))
         + [("attention/data/constants/custom_obj_0", pickled(s))],
-        "constant 'evil' is a pickled object; qlint loads plain tensors only"),
+        "constant 'evil' is a pickled object; qlint loads plain tensors only",
+    ),
     "pickled-tensor-constant": (
         lambda e, s: replace(e, "model_constants_config.json", constant("tensor_0", True))
         + [("attention/data/constants/tensor_0", pickled(s))],
-        "constant 'evil' is a pickled object; qlint loads plain tensors only"),
+        "constant 'evil' is a pickled object; qlint loads plain tensors only",
+    ),
     "pickled-weight": (
-        lambda e, s: edit_json(e, "model_weights_config.json",
-                               lambda c: c["config"]["_tensor_constant0"].update(use_pickle=True)),
-        "weight '_tensor_constant0' is a pickled object; qlint loads plain tensors only"),
-    "renamed-program": (renamed, "holds a program named 'models/foo.json'; torch.export.save writes 'models/model.json'"),
+        lambda e, s: edit_json(
+            e, "model_weights_config.json", lambda c: c["config"]["_tensor_constant0"].update(use_pickle=True)
+        ),
+        "weight '_tensor_constant0' is a pickled object; qlint loads plain tensors only",
+    ),
+    "renamed-program": (
+        renamed,
+        "holds a program named 'models/foo.json'; torch.export.save writes 'models/model.json'",
+    ),
     "second-program": (
-        lambda e, s: e + [(n.replace("models/model.", "models/foo.").replace("/model_", "/foo_"), d)
-                          for n, d in opaque_constant(e, s)
-                          if n.endswith(("models/model.json", "model_constants_config.json", "opaque_obj_0"))],
-        "holds 2 programs; qlint reads archives with one"),
+        lambda e, s: e
+        + [
+            (n.replace("models/model.", "models/foo.").replace("/model_", "/foo_"), d)
+            for n, d in opaque_constant(e, s)
+            if n.endswith(("models/model.json", "model_constants_config.json", "opaque_obj_0"))
+        ],
+        "holds 2 programs; qlint reads archives with one",
+    ),
     "config-for-another-name": (
-        lambda e, s: e + [("attention/data/constants/foo_constants_config.json", constant("opaque_obj_0", True)),
-                          ("attention/data/constants/opaque_obj_0", pickled(s))],
-        "unexpected entry 'data/constants/foo_constants_config.json'"),
-    "legacy-weights": (lambda e, s: e + [("attention/data/weights/model.pt", pickled(s))],
-                       "uses the legacy pickled weight format; re-save it with torch.export.save"),
-    "aotinductor-library": (lambda e, s: e + [("attention/data/aotinductor/model/evil.so", b"\x7fELF")],
-                            "unexpected entry 'data/aotinductor/model/evil.so'"),
-    "sample-inputs": (lambda e, s: replace(e, "sample_inputs/model.pt", torch_saved(((Payload(s),), {}))),
-                      "sample inputs are not plain tensors: Trying to load unsupported GLOBAL posix.mkdir"),
+        lambda e, s: e
+        + [
+            ("attention/data/constants/foo_constants_config.json", constant("opaque_obj_0", True)),
+            ("attention/data/constants/opaque_obj_0", pickled(s)),
+        ],
+        "unexpected entry 'data/constants/foo_constants_config.json'",
+    ),
+    "legacy-weights": (
+        lambda e, s: e + [("attention/data/weights/model.pt", pickled(s))],
+        "uses the legacy pickled weight format; re-save it with torch.export.save",
+    ),
+    "aotinductor-library": (
+        lambda e, s: e + [("attention/data/aotinductor/model/evil.so", b"\x7fELF")],
+        "unexpected entry 'data/aotinductor/model/evil.so'",
+    ),
+    "sample-inputs": (
+        lambda e, s: replace(e, "sample_inputs/model.pt", torch_saved(((Payload(s),), {}))),
+        "sample inputs are not plain tensors: Trying to load unsupported GLOBAL posix.mkdir",
+    ),
     "duplicate-evil-first": (lambda e, s: duplicate(e, s, True), "appears more than once"),
     "duplicate-evil-last": (lambda e, s: duplicate(e, s, False), "appears more than once"),
-    "node-target": (lambda e, s: edit_json(e, "models/model.json", node_target),
-                    "a node calls 'torch.serialization.os.system', outside the operator namespaces qlint runs"),
-    "sympy-shape": (lambda e, s: edit_json(e, "models/model.json", lambda p: sympy_shape(p, s)),
-                    "holds a symbolic shape"),
+    "node-target": (
+        lambda e, s: edit_json(e, "models/model.json", node_target),
+        "a node calls 'torch.serialization.os.system', outside the operator namespaces qlint runs",
+    ),
+    "sympy-shape": (
+        lambda e, s: edit_json(e, "models/model.json", lambda p: sympy_shape(p, s)),
+        "holds a symbolic shape",
+    ),
     "range-constraints": (
-        lambda e, s: edit_json(e, "models/model.json", lambda p: p.update(
-            range_constraints={"u99999999999": {"min_val": 0, "max_val": 10}})),
-        "declares symbolic shapes (range_constraints)"),
+        lambda e, s: edit_json(
+            e,
+            "models/model.json",
+            lambda p: p.update(range_constraints={"u99999999999": {"min_val": 0, "max_val": 10}}),
+        ),
+        "declares symbolic shapes (range_constraints)",
+    ),
     "custom-object-argument": (
-        lambda e, s: edit_json(e, "models/model.json", lambda p: first_node(p)["inputs"][0].update(
-            arg={"as_custom_obj": {"name": "obj0", "class_fqn": "__torch__.torch.classes.x"}})),
-        "holds a custom object"),
+        lambda e, s: edit_json(
+            e,
+            "models/model.json",
+            lambda p: first_node(p)["inputs"][0].update(
+                arg={"as_custom_obj": {"name": "obj0", "class_fqn": "__torch__.torch.classes.x"}}
+            ),
+        ),
+        "holds a custom object",
+    ),
     "subgraph-argument": (
-        lambda e, s: edit_json(e, "models/model.json", lambda p: first_node(p)["inputs"][0].update(
-            arg={"as_graph": {"name": "g", "graph": {}}})),
-        "holds a subgraph"),
+        lambda e, s: edit_json(
+            e,
+            "models/model.json",
+            lambda p: first_node(p)["inputs"][0].update(arg={"as_graph": {"name": "g", "graph": {}}}),
+        ),
+        "holds a subgraph",
+    ),
     "huge-declared-tensor": (
-        lambda e, s: edit_json(e, "models/model.json", lambda p: next(iter(
-            p["graph_module"]["graph"]["tensor_values"].values()))["sizes"].__setitem__(0, {"as_int": 1 << 40})),
-        "its tensors declare over 268435456 bytes"),
-    "deeply-nested-json": (lambda e, s: replace(e, "models/model.json", b"[" * 200_000),
-                           "corrupt models/model.json: RecursionError"),
+        lambda e, s: edit_json(
+            e,
+            "models/model.json",
+            lambda p: next(iter(p["graph_module"]["graph"]["tensor_values"].values()))["sizes"].__setitem__(
+                0, {"as_int": 1 << 40}
+            ),
+        ),
+        "its tensors declare over 268435456 bytes",
+    ),
+    "deeply-nested-json": (
+        lambda e, s: replace(e, "models/model.json", b"[" * 200_000),
+        "corrupt models/model.json: RecursionError",
+    ),
 }
 
 
@@ -208,8 +256,9 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def assert_refused(args: list[str], capsys: pytest.CaptureFixture[str], bad: str, good: Path,
-                   sentinel: Path | None = None) -> str:
+def assert_refused(
+    args: list[str], capsys: pytest.CaptureFixture[str], bad: str, good: Path, sentinel: Path | None = None
+) -> str:
     """Exit 2, one stderr line naming `bad`, the good artifact still linted; the error message."""
     code, out, err = run_cli(["check", *args, str(good), "--output-format", "json"], capsys)
     data = json.loads(out)
@@ -225,8 +274,9 @@ def assert_refused(args: list[str], capsys: pytest.CaptureFixture[str], bad: str
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
-def test_crafted_archive_is_refused_and_runs_nothing(attack: str, tmp_path: Path, good: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_crafted_archive_is_refused_and_runs_nothing(
+    attack: str, tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     build, expected = ATTACKS[attack]
     sentinel = tmp_path / "code-ran"
     bad = write(tmp_path / f"{attack}.pt2", build(entries(), sentinel))
@@ -234,14 +284,17 @@ def test_crafted_archive_is_refused_and_runs_nothing(attack: str, tmp_path: Path
     assert expected in message
 
 
-def test_zip_that_torch_and_python_read_differently(tmp_path: Path, good: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_zip_that_torch_and_python_read_differently(
+    tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Python's zipfile accepts data before the first entry; torch's reader does not: refused."""
     bad = tmp_path / "prepended.pt2"
     bad.write_bytes(b"PK\x03\x04" + b"\0" * 400 + EXAMPLE.read_bytes())
     message = assert_refused([str(bad)], capsys, "prepended.pt2", good)
-    assert message == ("torch's zip reader rejects it: PytorchStreamReader failed reading zip archive: "
-                       "invalid header or archive is corrupted")
+    assert message == (
+        "torch's zip reader rejects it: PytorchStreamReader failed reading zip archive: "
+        "invalid header or archive is corrupted"
+    )
 
 
 def test_torch_itself_would_run_the_renamed_and_duplicate_archives(tmp_path: Path) -> None:
@@ -264,8 +317,9 @@ def test_torch_itself_would_run_the_renamed_and_duplicate_archives(tmp_path: Pat
 def test_guard_code_is_never_compiled(tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """guards_code is Python that `ExportedProgram.module()` would compile: qlint drops it, and lints the program."""
     sentinel = tmp_path / "code-ran"
-    items = edit_json(entries(), "models/model.json",
-                      lambda p: p.update(guards_code=[f"__import__('os').mkdir({str(sentinel)!r})"]))
+    items = edit_json(
+        entries(), "models/model.json", lambda p: p.update(guards_code=[f"__import__('os').mkdir({str(sentinel)!r})"])
+    )
     program = write(tmp_path / "guards.pt2", items)
     for args in (["check", str(program)], ["check", "--fix", "--diff", str(program)]):
         code, out, _ = run_cli([*args, "--output-format", "json"], capsys)
@@ -305,19 +359,25 @@ def bombs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         return path
 
     items = entries()
-    json_bomb = bomb_zip(folder / "json-bomb.pt2", "attention/models/model.json",
-                         [(n, d) for n, d in items if not n.endswith("models/model.json")])
+    json_bomb = bomb_zip(
+        folder / "json-bomb.pt2",
+        "attention/models/model.json",
+        [(n, d) for n, d in items if not n.endswith("models/model.json")],
+    )
     nested = bomb_zip(folder / "inputs.pt", "model/data/0", [("model/data.pkl", b"")])
     inputs_bomb = write(folder / "inputs-bomb.pt2", replace(items, "sample_inputs/model.pt", nested.read_bytes()))
     return {"json": json_bomb, "inputs": inputs_bomb}
 
 
-def test_decompression_bombs_are_refused_before_inflating(bombs: dict[str, Path], good: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_decompression_bombs_are_refused_before_inflating(
+    bombs: dict[str, Path], good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert bombs["json"].stat().st_size < 16 << 20
     message = assert_refused([str(bombs["json"])], capsys, "json-bomb.pt2", good)
-    assert message == ("entry 'attention/models/model.json' inflates to 2147483648 bytes, "
-                       "over the 33554432-byte entry limit (limits in .qlint.yaml)")
+    assert message == (
+        "entry 'attention/models/model.json' inflates to 2147483648 bytes, "
+        "over the 33554432-byte entry limit (limits in .qlint.yaml)"
+    )
     message = assert_refused([str(bombs["inputs"])], capsys, "inputs-bomb.pt2", good)
     assert message.startswith("sample inputs: entry 'model/data/0' inflates to 2147483648 bytes")
 
@@ -341,10 +401,12 @@ def assert_linted_or_refused(bad: Path, good: Path, capsys: pytest.CaptureFixtur
 
 
 @FUZZ
-@given(flips=st.lists(st.tuples(st.integers(0, EXAMPLE.stat().st_size - 1), st.integers(1, 255)),
-                      min_size=1, max_size=4))
-def test_byte_flips(flips: list[tuple[int, int]], tmp_path: Path, good: Path,
-                    capsys: pytest.CaptureFixture[str]) -> None:
+@given(
+    flips=st.lists(st.tuples(st.integers(0, EXAMPLE.stat().st_size - 1), st.integers(1, 255)), min_size=1, max_size=4)
+)
+def test_byte_flips(
+    flips: list[tuple[int, int]], tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = bytearray(EXAMPLE.read_bytes())
     for offset, mask in flips:
         data[offset] ^= mask
@@ -377,8 +439,9 @@ MODEL_PATHS = [p for p in json_paths(MODEL_JSON) if p]
 
 @FUZZ
 @given(path=st.sampled_from(MODEL_PATHS), value=JSON_VALUES)
-def test_json_mutations(path: tuple[Any, ...], value: Any, tmp_path: Path, good: Path,
-                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_mutations(
+    path: tuple[Any, ...], value: Any, tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     def change(program: Any) -> None:
         parent = program
         for key in path[:-1]:
@@ -395,8 +458,9 @@ def test_json_mutations(path: tuple[Any, ...], value: Any, tmp_path: Path, good:
 def probe(args: list[str], cwd: Path, timeout: float = 300) -> tuple[int, str, str, int]:
     """qlint in a fresh interpreter: exit code, stdout, stderr without the probe line, peak RSS in bytes."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=cwd,
-                            env=env, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
     lines = result.stderr.splitlines()
     [rss] = [int(line.split("=")[1]) for line in lines if line.startswith("MAXRSS_KB=")]
     err = "\n".join(line for line in lines if not line.startswith("MAXRSS_KB="))
@@ -419,7 +483,10 @@ def test_special_files_do_not_hang_and_stay_bounded(tmp_path: Path, good: Path) 
     assert sorted(e["artifact"] for e in data["errors"]) == ["fifo.pt2", "walked/inside.pt2", "zero.pt2", "zero.pte"]
     assert sorted(err.splitlines()) == sorted(f"qlint: error: {e['artifact']}: {e['message']}" for e in data["errors"])
     assert {e["message"] for e in data["errors"]} == {
-        "not a regular artifact (a FIFO)", "not a regular artifact (a character device)", "not a regular file"}
+        "not a regular artifact (a FIFO)",
+        "not a regular artifact (a character device)",
+        "not a regular file",
+    }
     assert [s["artifact"] for s in data["artifacts"]] == [str(good)]
     assert rss < GiB
 
@@ -434,6 +501,7 @@ def test_oversized_artifact_is_refused_unread(tmp_path: Path, good: Path, capsys
 
 def test_bombs_and_traps_stay_under_a_gibibyte(bombs: dict[str, Path], tmp_path: Path) -> None:
     """The stack traces name /dev/zero, and a link inside the repository to it: suppressions read neither."""
+
     def trap(program: Any) -> None:
         for index, node in enumerate(program["graph_module"]["graph"]["nodes"]):
             target = "/dev/zero" if index % 2 else str(tmp_path / "trap.py")
@@ -442,8 +510,11 @@ def test_bombs_and_traps_stay_under_a_gibibyte(bombs: dict[str, Path], tmp_path:
     (tmp_path / "trap.py").symlink_to("/dev/zero")
     (tmp_path / ".qlint.yaml").write_text("rules: {QL006: warning}\n")
     write(tmp_path / "trap.pt2", edit_json(entries(), "models/model.json", trap))
-    code, out, err, rss = probe(["check", "--no-cache", "trap.pt2", str(bombs["json"]), str(bombs["inputs"]),
-                                 "--output-format", "json"], tmp_path, timeout=300)
+    code, out, err, rss = probe(
+        ["check", "--no-cache", "trap.pt2", str(bombs["json"]), str(bombs["inputs"]), "--output-format", "json"],
+        tmp_path,
+        timeout=300,
+    )
     data = json.loads(out)
     assert code == 2 and len(err.splitlines()) == 2
     shown = {f["location"]["path"] for f in data["findings"] if f["location"]}
@@ -493,12 +564,54 @@ def test_special_config_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         assert err.strip() == f"qlint: config error: {tmp_path / name}:0: <file>: not a regular config file ({kind})"
 
 
-YAML_TOKENS = st.sampled_from([
-    "target_cpu", "include", "exclude", "rules", "QL001", "fold", "limits", "timeout_s", "file_mb", "targets",
-    "factory", "name", "coverage_threshold", "max_elements", ":", " ", "\n", "  ", "- ", "[", "]", "{", "}", ",",
-    "!!float", "!!str", "!!python/name:os.system", "!!timestamp", "&a", "*a", "off", "1e999", "-1", ".nan",
-    "'", '"', "\t", "#", "cortex-m4", "\xff", "~", "?", "|", ">",
-])
+YAML_TOKENS = st.sampled_from(
+    [
+        "target_cpu",
+        "include",
+        "exclude",
+        "rules",
+        "QL001",
+        "fold",
+        "limits",
+        "timeout_s",
+        "file_mb",
+        "targets",
+        "factory",
+        "name",
+        "coverage_threshold",
+        "max_elements",
+        ":",
+        " ",
+        "\n",
+        "  ",
+        "- ",
+        "[",
+        "]",
+        "{",
+        "}",
+        ",",
+        "!!float",
+        "!!str",
+        "!!python/name:os.system",
+        "!!timestamp",
+        "&a",
+        "*a",
+        "off",
+        "1e999",
+        "-1",
+        ".nan",
+        "'",
+        '"',
+        "\t",
+        "#",
+        "cortex-m4",
+        "\xff",
+        "~",
+        "?",
+        "|",
+        ">",
+    ]
+)
 
 
 @FUZZ
@@ -511,12 +624,13 @@ def test_config_fuzz_never_raises(tokens: list[str], tmp_path: Path, capsys: pyt
     code, _, err = run_cli(["check", "--config", str(config), str(empty)], capsys)
     lines = err.strip().splitlines()
     assert (code, lines) == (0, ["qlint: warning: no artifacts found"]) or (
-        code == 2 and len(lines) == 1 and lines[0].startswith("qlint: config error: ")), err
+        code == 2 and len(lines) == 1 and lines[0].startswith("qlint: config error: ")
+    ), err
 
 
 # -- factories ----------------------------------------------------------------------
 
-FACTORIES = '''\
+FACTORIES = """\
 import ctypes, os, sys, time
 import torch
 
@@ -546,9 +660,9 @@ def noisy():
     print("chatter from the model code")
     print("more chatter", file=sys.stderr)
     return Scale(), (torch.randn(1, 8),)
-'''
+"""
 
-OPS_AT_IMPORT = '''\
+OPS_AT_IMPORT = """\
 import torch
 
 # Registering operators at import works once per process, as Python imports a module once.
@@ -567,7 +681,7 @@ def first():
 
 def second():
     return Scale(), (torch.randn(1, 16),)
-'''
+"""
 
 
 def factory_project(tmp_path: Path, targets: list[tuple[str, str]], extra: str = "") -> Path:
@@ -582,12 +696,20 @@ def factory_project(tmp_path: Path, targets: list[tuple[str, str]], extra: str =
     return config
 
 
-def test_factories_that_exit_or_crash_are_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    factory_project(tmp_path, [
-        ("at-import", "exit_at_import:make"), ("exits", "models:exits"), ("hard-exit", "models:hard_exit"),
-        ("crash", "models:crash"), ("noisy", "models:noisy"), ("stdlib", "os:getcwd"),
-    ])
+def test_factories_that_exit_or_crash_are_one_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    factory_project(
+        tmp_path,
+        [
+            ("at-import", "exit_at_import:make"),
+            ("exits", "models:exits"),
+            ("hard-exit", "models:hard_exit"),
+            ("crash", "models:crash"),
+            ("noisy", "models:noisy"),
+            ("stdlib", "os:getcwd"),
+        ],
+    )
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(["check", "--output-format", "json"], capsys)  # targets and "."
     data = json.loads(out)  # factory output never reaches stdout
@@ -598,23 +720,25 @@ def test_factories_that_exit_or_crash_are_one_line_each(tmp_path: Path, capsys: 
         "target:exits": "factory models:exits called sys.exit(0) instead of returning",
         "target:hard-exit": "its process ended without a result (exit code 0)",
         "target:crash": "its process ended without a result (killed by SIGSEGV)",
-        "target:stdlib": f"os is not a module file of this repository (built in); factories are imported "
-                         f"from the repository only",
+        "target:stdlib": "os is not a module file of this repository (built in); factories are imported "
+        "from the repository only",
     }
     assert sorted(err.strip().splitlines()) == sorted(f"qlint: error: {a}: {m}" for a, m in errors.items())
     assert [s["artifact"] for s in data["artifacts"]] == ["attention.pt2", "target:noisy"]
     assert {f["artifact"] for f in data["findings"] if f["code"] == "QL001"} == {"attention.pt2", "target:noisy"}
 
 
-def test_hanging_factory_times_out(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hanging_factory_times_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     factory_project(tmp_path, [("hangs", "models:hangs")], "limits: {timeout_s: 20}\n")
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(["check", "--output-format", "json"], capsys)
     data = json.loads(out)
     assert code == 2
-    assert err.strip() == ("qlint: error: target:hangs: did not finish within 20 s "
-                           "(limits.timeout_s in .qlint.yaml); stopped")
+    assert err.strip() == (
+        "qlint: error: target:hangs: did not finish within 20 s (limits.timeout_s in .qlint.yaml); stopped"
+    )
     assert [s["artifact"] for s in data["artifacts"]] == ["attention.pt2"]
 
 
@@ -636,15 +760,17 @@ TAMPERED: dict[str, Callable[[dict[str, Any]], Any]] = {
     "another-artifact": lambda e: [s.update(artifact="other.pt2") for s in e["stats"]],
     "unknown-rule": lambda e: [f.update(code="QL999") for f in e["findings"]],
     "extra-field": lambda e: [f.update(evil=True) for f in e["findings"]],
-    "location-line-text": lambda e: [f.update(location={"path": "x", "line": "1", "code": "", "file": ""})
-                                     for f in e["findings"]],
+    "location-line-text": lambda e: [
+        f.update(location={"path": "x", "line": "1", "code": "", "file": ""}) for f in e["findings"]
+    ],
     "bool-for-count": lambda e: [s.update(nodes=True) for s in e["stats"]],
 }
 
 
 @pytest.mark.parametrize("tamper", list(TAMPERED))
-def test_tampered_cache_entry_is_recomputed(tamper: str, tmp_path: Path, good: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_tampered_cache_entry_is_recomputed(
+    tamper: str, tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cache = tmp_path / "cache"
     args = ["check", "--cache-dir", str(cache), str(good), "--output-format", "json"]
     code, out, _ = run_cli(args, capsys)
@@ -684,7 +810,9 @@ def test_empty_inputs_say_nothing_was_checked(tmp_path: Path, good: Path, capsys
     assert (code, err.strip()) == (0, "qlint: warning: no artifacts found in shard 2/2")
 
 
-def test_a_name_with_a_newline_stays_on_one_line(tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_name_with_a_newline_stays_on_one_line(
+    tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "two\nlines\x1b[2J.pt2"
     bad.write_bytes(b"junk")
     code, _, err = run_cli(["check", str(bad), str(good)], capsys)
@@ -695,16 +823,21 @@ def test_a_name_with_a_newline_stays_on_one_line(tmp_path: Path, good: Path, cap
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ('{"qlint-baseline": 1, "findings": [{"key": "k", "count": 1e999}]}',
-         "entry 1 is not {key: text, count: whole number >= 0}"),
-        ('{"qlint-baseline": 1, "findings": [{"key": "k", "count": -1}]}',
-         "entry 1 is not {key: text, count: whole number >= 0}"),
+        (
+            '{"qlint-baseline": 1, "findings": [{"key": "k", "count": 1e999}]}',
+            "entry 1 is not {key: text, count: whole number >= 0}",
+        ),
+        (
+            '{"qlint-baseline": 1, "findings": [{"key": "k", "count": -1}]}',
+            "entry 1 is not {key: text, count: whole number >= 0}",
+        ),
         ('{"qlint-baseline": 1, "findings": {}}', "not a qlint baseline (no qlint-baseline: 1 and findings list)"),
         ("[" * 100_000, "not a qlint baseline (RecursionError)"),
     ],
 )
-def test_hostile_baseline(body: str, expected: str, tmp_path: Path, good: Path,
-                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_hostile_baseline(
+    body: str, expected: str, tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     baseline = tmp_path / "baseline.json"
     baseline.write_text(body)
     code, _, err = run_cli(["check", str(good), "--baseline", str(baseline)], capsys)
@@ -712,22 +845,27 @@ def test_hostile_baseline(body: str, expected: str, tmp_path: Path, good: Path,
 
 
 def test_baseline_that_cannot_be_written(tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for target, reason in ((tmp_path / "missing" / "b.json", "No such file or directory"),
-                           (tmp_path, "Is a directory")):
+    for target, reason in (
+        (tmp_path / "missing" / "b.json", "No such file or directory"),
+        (tmp_path, "Is a directory"),
+    ):
         code, _, err = run_cli(["check", str(good), "--write-baseline", str(target)], capsys)
         assert (code, err.strip()) == (2, f"qlint: error: cannot write baseline {target}: {reason}")
 
 
 def test_limits_are_configurable(tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / ".qlint.yaml"
-    config.write_text(textwrap.dedent("""\
+    config.write_text(
+        textwrap.dedent("""\
         limits:
           file_mb: 0.01
-        """))
+        """)
+    )
     code, out, err = run_cli(["check", "--config", str(config), str(good), "--output-format", "json"], capsys)
     assert code == 2
     assert json.loads(out)["errors"][0]["message"] == (
-        f"artifact is {good.stat().st_size} bytes, over the 10485-byte limit (limits in .qlint.yaml)")
+        f"artifact is {good.stat().st_size} bytes, over the 10485-byte limit (limits in .qlint.yaml)"
+    )
 
 
 # -- shipped programs ------------------------------------------------------------------------
@@ -756,7 +894,8 @@ class Shared:
 
 
 def test_pte_whose_tables_are_shared_stays_in_its_memory_budget(
-        shipped: Path, tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shipped: Path, tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A 1.5 MB .pte whose 100,000 constant buffers are one 1 MiB buffer decodes to 100 GB."""
     import flatbuffers
     from executorch.exir._serialize._flatbuffer_program import _patch_generated_flatbuffer_aliases
@@ -782,7 +921,7 @@ def test_pte_whose_tables_are_shared_stays_in_its_memory_budget(
 
 def test_pte_special_and_corrupt(shipped: Path, tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = bytearray(shipped.read_bytes())
-    data[len(data) // 2:] = bytes(len(data) - len(data) // 2)
+    data[len(data) // 2 :] = bytes(len(data) - len(data) // 2)
     bad = tmp_path / "truncated.pte"
     bad.write_bytes(bytes(data))
     message = assert_refused([str(bad)], capsys, "truncated.pte", good)

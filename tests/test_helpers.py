@@ -1,0 +1,112 @@
+"""Fast unit tests of the pure helpers the larger tests rely on."""
+
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from qlint.archive import ArchiveLimits, check_program_json, read_zip, write_zip
+from qlint.config import Config, Target
+from qlint.engine import plan_work
+from qlint.folds import _scale_candidates
+from qlint.inputs import ReadError, printable
+from qlint.memory import _Buffer, _covered
+from qlint.source import _is_framework, user_frame
+
+LIMITS = ArchiveLimits(entry_bytes=1 << 20, total_bytes=1 << 21, tensor_bytes=1 << 20)
+
+
+def buffer(offset: int, size: int) -> _Buffer:
+    return _Buffer(start=0, end=1, offset=offset, size=size, fp32=True, input=False)
+
+
+def test_covered_counts_overlapping_buffers_once() -> None:
+    assert _covered([]) == 0
+    assert _covered([buffer(0, 100), buffer(200, 50)]) == 150          # apart
+    assert _covered([buffer(0, 100), buffer(50, 100)]) == 150          # overlapping (aliases)
+    assert _covered([buffer(10, 20), buffer(0, 100)]) == 100           # nested, in any order
+    assert _covered([buffer(0, 100), buffer(100, 1)]) == 101           # touching
+
+
+def test_framework_frames_are_not_the_users() -> None:
+    stdlib = sysconfig.get_paths()["stdlib"]
+    assert _is_framework("<eval_with_key>.3")
+    assert _is_framework(f"{stdlib}/contextlib.py")
+    assert _is_framework("/venv/lib/python3.11/site-packages/torch/nn/modules/module.py")
+    assert not _is_framework("/venv/lib/python3.11/site-packages/segment_anything/modeling/transformer.py")
+    assert not _is_framework("/home/me/project/models/net.py")
+
+
+def test_user_frame_is_the_innermost_user_line() -> None:
+    trace = (
+        '  File "/home/me/net.py", line 7, in forward\n    x = self.block(x)\n'
+        '  File "/home/me/block.py", line 3, in forward\n    return x / 4\n'
+        '  File "/venv/lib/python3.11/site-packages/torch/_tensor.py", line 40, in wrapped\n    return f(*args)\n'
+    )
+    assert user_frame(trace) == ("/home/me/block.py", 3, "return x / 4")
+    assert user_frame('  File "/m.py", line ' + "9" * 20 + ", in f\n    x\n") is None  # not a line number
+    assert user_frame(None) is None
+
+
+def test_scale_candidates_are_the_scale_then_float32_neighbours() -> None:
+    import numpy as np
+
+    found = _scale_candidates(0.1, steps=2)
+    assert found[0] == 0.1 and len(found) == 5
+    one_up = float(np.nextafter(np.float32(0.1), np.float32(1)))
+    one_down = float(np.nextafter(np.float32(0.1), np.float32(0)))
+    assert found[1:3] == [one_up, one_down]
+    assert sorted(found[1:]) == sorted(set(found[1:]))  # distinct
+
+
+def test_plan_work_shards_partition_by_name(tmp_path: Path) -> None:
+    for name in ("c.pt2", "a.pt2", "b.pt2"):
+        (tmp_path / name).write_bytes(b"")
+    targets = [Target(name="t", factory="m:f")]
+    everything, errors = plan_work([tmp_path], targets, Config())
+    assert errors == [] and [w.name for w in everything][-1] == "target:t"
+    shards = [plan_work([tmp_path], targets, Config(), (i, 2))[0] for i in (1, 2)]
+    names = sorted(w.name for shard in shards for w in shard)
+    assert names == sorted(w.name for w in everything)
+    assert not {w.name for w in shards[0]} & {w.name for w in shards[1]}
+
+
+def test_read_zip_refuses_duplicates_and_inflation() -> None:
+    import io
+    import warnings
+    import zipfile
+
+    assert read_zip(write_zip({"a/x": b"1", "a/y": b"22"}), LIMITS) == {"a/x": b"1", "a/y": b"22"}
+    buffer_ = io.BytesIO()
+    with warnings.catch_warnings(), zipfile.ZipFile(buffer_, "w") as archive:
+        warnings.simplefilter("ignore")
+        archive.writestr("a/x", b"1")
+        archive.writestr("a/x", b"2")
+    with pytest.raises(ReadError, match="appears more than once"):
+        read_zip(buffer_.getvalue(), LIMITS)
+    big = io.BytesIO()
+    with zipfile.ZipFile(big, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("a/zeros", bytes(2 << 20))
+    with pytest.raises(ReadError, match="inflates to 2097152 bytes, over the 1048576-byte entry limit"):
+        read_zip(big.getvalue(), LIMITS)
+
+
+def test_program_json_allows_only_static_aten_programs() -> None:
+    def program(target: str, **graph: object) -> dict[str, object]:
+        return {"graph_module": {"graph": {"nodes": [{"target": target}], **graph}}, "range_constraints": {}}
+
+    check_program_json(program("torch.ops.aten.div.Tensor"), LIMITS)
+    check_program_json(program("_operator.getitem"), LIMITS)
+    for target in ("torch.ops.mylib.op.default", "torch.load", "torch.ops.aten.__class__.x", "os.system"):
+        with pytest.raises(ReadError, match="outside the operator namespaces"):
+            check_program_json(program(target), LIMITS)
+    big = {"t": {"dtype": 7, "sizes": [{"as_int": 1 << 20}]}}  # 4 MiB of fp32
+    with pytest.raises(ReadError, match="tensors declare over 1048576 bytes"):
+        check_program_json(program("torch.ops.aten.div.Tensor", tensor_values=big), LIMITS)
+
+
+def test_printable_escapes_control_characters() -> None:
+    assert printable("plain name.pt2") == "plain name.pt2"
+    assert printable("a\nb\x1b[2Jc\t") == "a\\nb\\x1b[2Jc\\t"
