@@ -32,6 +32,7 @@ def test_fast_commands_do_not_import_torch(args: list[str]) -> None:
     assert result.stdout.strip().splitlines()[-1] == "HEAVY="
 
 
+@pytest.mark.slow
 def test_probe_detects_torch(pt2_dir: Callable[[str], Path]) -> None:
     """The probe above can fail: a command that reads a program does import torch."""
     result = subprocess.run(

@@ -82,6 +82,7 @@ def attention(pt2_dir: Callable[[str], Path]) -> Path:
     return pt2_dir("make_attention")
 
 
+@pytest.mark.slow
 def test_select_ignore_and_off_change_results_and_exit_codes(
     attention: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -133,6 +134,7 @@ def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str], 
     assert used == ["cortex-m0", "cortex-m55"]  # the default
 
 
+@pytest.mark.slow
 def test_directories_are_walked_with_include_and_exclude(
     pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

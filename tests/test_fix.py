@@ -51,6 +51,7 @@ def seeded(template: tuple[Any, ...], n: int = 8) -> list[tuple[Any, ...]]:
             for i in range(n)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("factory", ["make_attention", "make_attention_mul", "make_multi_head"])
 def test_attention_scale_folds_and_is_bit_exact(quantized: Callable[..., Any], factory: str) -> None:
     program = quantized(factory)
@@ -66,6 +67,7 @@ def test_attention_scale_folds_and_is_bit_exact(quantized: Callable[..., Any], f
     assert_same_outputs(unfixed, result.program, seeded(example(factory)))
 
 
+@pytest.mark.slow
 def test_scale_feeding_pool_keeps_the_pool_scale(quantized: Callable[..., Any]) -> None:
     program = quantized("make_pool")
     unfixed = check_program(program, "pool", Config()).lowered
@@ -98,6 +100,7 @@ def test_table_fold_maps_all_256_inputs_like_the_island(quantized: Callable[...,
     assert len(set(expected.tolist())) > 10  # a real function, not a constant table
 
 
+@pytest.mark.slow
 def test_constant_first_island_becomes_a_table(quantized: Callable[..., Any]) -> None:
     program = quantized("make_constant_first")
     result = fix(program, [example("make_constant_first")])
@@ -106,6 +109,7 @@ def test_constant_first_island_becomes_a_table(quantized: Callable[..., Any]) ->
     assert_same_outputs(unfixed, result.program, seeded(example("make_constant_first")))
 
 
+@pytest.mark.slow
 def test_runtime_divisor_and_layer_norm_are_left_with_reasons(quantized: Callable[..., Any]) -> None:
     result = fix(quantized("make_runtime_divisor"), [example("make_runtime_divisor")])
     [left] = result.summary.left
@@ -144,6 +148,7 @@ def test_clamp_range_guard() -> None:
     assert blocked_guards(scale, Config(fold=FoldGuards(dtypes=("int16",), require_equal_qrange=False))) == []
 
 
+@pytest.mark.slow
 def test_fix_is_idempotent(quantized: Callable[..., Any]) -> None:
     result = fix(quantized("make_multi_head"), [example("make_multi_head")])
     again = analyse(GraphView(result.program), Config())
@@ -166,6 +171,7 @@ def sam_fixed(sam_pt2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     return {"code": code, **json.loads(buffer.getvalue())}, out_dir / f"{sam_pt2.stem}.pte"
 
 
+@pytest.mark.slow
 def test_sam_fix(sam_fixed: tuple[dict[str, Any], Path], quantized: Callable[..., Any]) -> None:
     data, pte = sam_fixed
     assert data["code"] == 0  # only warnings (LayerNorm) remain
@@ -199,6 +205,7 @@ def test_sam_fix(sam_fixed: tuple[dict[str, Any], Path], quantized: Callable[...
     assert list(program.execution_plan[0].non_const_buffer_sizes)[1:] and sum(program.execution_plan[0].non_const_buffer_sizes) == after
 
 
+@pytest.mark.slow
 def test_sam_fixed_outputs_match_on_8_seeded_inputs(quantized: Callable[..., Any]) -> None:
     from examples.sam import make_two_way_transformer
 
@@ -210,6 +217,7 @@ def test_sam_fixed_outputs_match_on_8_seeded_inputs(quantized: Callable[..., Any
     assert_same_outputs(unfixed, result.program, seeded(template))
 
 
+@pytest.mark.slow
 def test_fixed_pte_checks_clean(sam_fixed: tuple[dict[str, Any], Path], capsys: pytest.CaptureFixture[str]) -> None:
     _, pte = sam_fixed
     code, data = run_json(["check", str(pte)], capsys)
@@ -289,6 +297,7 @@ def test_verification_mismatch_writes_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.pt2"]
 
 
+@pytest.mark.slow
 def test_chain_with_reshape_folds_to_a_table_after_the_reshape(quantized: Callable[..., Any]) -> None:
     program = quantized("make_scale_chain")
     result = fix(program, [example("make_scale_chain")])
@@ -299,6 +308,7 @@ def test_chain_with_reshape_folds_to_a_table_after_the_reshape(quantized: Callab
     assert_same_outputs(unfixed.lowered, result.program, seeded(example("make_scale_chain")))
 
 
+@pytest.mark.slow
 def test_int16_scale_that_cannot_fold_exactly_is_left_with_the_count(quantized: Callable[..., Any]) -> None:
     program = quantized("make_scale_into_concat", int16=True)
     config = Config(fold=FoldGuards(dtypes=("int8", "int16")))
@@ -339,6 +349,7 @@ def test_int16_power_of_two_scale_folds_into_the_output_quantize(quantized: Call
     ("make_scale_through_transpose", "table", "aten.permute_copy.default"),
     ("make_split_island", "table", "aten.split_with_sizes_copy.default"),
 ])
+@pytest.mark.slow
 def test_shape_ops_inside_an_island_are_replayed_on_the_integers(
     quantized: Callable[..., Any], factory: str, kind: str, replayed: str
 ) -> None:

@@ -17,6 +17,8 @@ import yaml
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
+
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "qlint tests", "GIT_AUTHOR_EMAIL": "tests@example.invalid",
     "GIT_COMMITTER_NAME": "qlint tests", "GIT_COMMITTER_EMAIL": "tests@example.invalid",

@@ -14,6 +14,8 @@ import pytest
 
 from conftest import run_cli
 
+pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
+
 PROBE = (
     "import sys\n"
     "from qlint.cli import main\n"

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
+
 from qlint.cli import main
 
 ATTN_LINE = "attn = attn / math.sqrt(c_per_head)"

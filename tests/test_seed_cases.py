@@ -124,6 +124,7 @@ def test_stock_lowering_crash_is_ql003_and_quantized_program_still_analysed(quan
     assert checked.stats.lowered is False
 
 
+@pytest.mark.slow
 def test_coverage_counts_int_kernels(quantized: Callable[..., Any]) -> None:
     checked = check_program(quantized("make_multi_head"), "mha", Config())
     finding = only(checked.findings, "QL005")
