@@ -401,11 +401,11 @@ def assert_linted_or_refused(bad: Path, good: Path, capsys: pytest.CaptureFixtur
         assert data["errors"] == [] and lines == []
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     flips=st.lists(st.tuples(st.integers(0, EXAMPLE.stat().st_size - 1), st.integers(1, 255)), min_size=1, max_size=4)
 )
-@pytest.mark.slow
 def test_byte_flips(
     flips: list[tuple[int, int]], tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
