@@ -126,7 +126,7 @@ def _report(data: Any, artifact: str) -> Report | None:
     findings = [_finding(item) for item in data["findings"]]
     if stats is None or stats.artifact != artifact or any(f is None or f.artifact != artifact for f in findings):
         return None
-    return Report(findings=findings, stats=[stats], checked=1)  # type: ignore[arg-type]
+    return Report(findings=findings, stats=[stats])  # type: ignore[arg-type]
 
 
 def _record(cls: Any, data: Any, **nested: Any) -> Any:

@@ -162,27 +162,10 @@ def analyse_file(
         from qlint.readers import read_pt2, sample_inputs
 
         program = read_pt2(data, ArchiveLimits.of(config.limits))
-        if fix is not None:
-            from qlint.fix import output_path, verification_inputs
-
-            inputs = verification_inputs(sample_inputs(program))
-            fix_into(
-                report,
-                program,
-                artifact,
-                output_path(path.parent, path.stem, fix.output_dir),
-                inputs,
-                config,
-                fix,
-                **options,
-            )
-            return report
-        checked = check_program(program, artifact, config, **options)
+        sample = sample_inputs(program)
+        _check_or_fix(report, program, artifact, config, fix, path.parent, path.stem, sample, [], **options)
     except ReadError as exc:
         report.errors.append(InputError(artifact, str(exc)))
-        return report
-    report.findings.extend(checked.findings)
-    report.stats.append(checked.stats)
     return report
 
 
@@ -197,25 +180,24 @@ def check_target(target: Target, config: Config, fix: FixOptions | None = None, 
     except ReadError as exc:
         report.errors.append(InputError(artifact, str(exc)))
         return report
-    if fix is not None:
-        from qlint.fix import output_path, verification_inputs
-
-        destination = output_path(config.base, target.name, fix.output_dir)
-        fix_into(
-            report,
-            program,
-            artifact,
-            destination,
-            verification_inputs(example, calibration or []),
-            config,
-            fix,
-            **options,
-        )
-        return report
-    checked = check_program(program, artifact, config, **options)
-    report.findings.extend(checked.findings)
-    report.stats.append(checked.stats)
+    _check_or_fix(report, program, artifact, config, fix, config.base, target.name, example, calibration or [],
+                  **options)
     return report
+
+
+def _check_or_fix(report: Report, program: Any, artifact: str, config: Config, fix: FixOptions | None,
+                  folder: Path, stem: str, example: tuple[Any, ...] | None, extra: list[tuple[Any, ...]],
+                  **options: Any) -> None:
+    """The step files and targets share: check a quantized program, or fix it into `<stem>.pte`."""
+    if fix is None:
+        checked = check_program(program, artifact, config, **options)
+        report.findings.extend(checked.findings)
+        report.stats.append(checked.stats)
+        return
+    from qlint.fix import output_path, verification_inputs
+
+    destination = output_path(folder, stem, fix.output_dir)
+    fix_into(report, program, artifact, destination, verification_inputs(example, extra), config, fix, **options)
 
 
 @dataclass(frozen=True)

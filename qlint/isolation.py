@@ -45,7 +45,7 @@ def run_isolated(function: Callable[..., Report], args: tuple[Any, ...], *, kwar
     receiver, sender = context.Pipe(duplex=False)
     budget = int(limits.memory_mb * (1 << 20))
     child = context.Process(
-        target=_child, args=(sender, function, args, kwargs or {}, dict(os.environ), verbose, budget), daemon=True
+        target=_child, args=(sender, name, function, args, kwargs or {}, dict(os.environ), verbose, budget), daemon=True
     )
     timeout = limits.timeout_s
     child.start()
@@ -85,6 +85,7 @@ def _error(name: str, message: str) -> Report:
 
 def _child(
     sender: Any,
+    name: str,
     function: Callable[..., Report],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -109,27 +110,19 @@ def _child(
     try:
         result = function(*args, **kwargs)
     except SystemExit as exc:
-        result = _error(_name(args), f"called sys.exit({exc.code!r}) instead of returning")
+        result = _error(name, f"called sys.exit({exc.code!r}) instead of returning")
     except MemoryError:
         result = _error(
-            _name(args), f"needed more than its {budget >> 20} MiB memory budget (limits.memory_mb in .qlint.yaml)"
+            name, f"needed more than its {budget >> 20} MiB memory budget (limits.memory_mb in .qlint.yaml)"
         )
     except BaseException as exc:  # noqa: BLE001 - the child reports, the parent decides
         from qlint.lowering import first_line
 
-        result = _error(_name(args), f"internal error: {type(exc).__name__}: {first_line(exc)}")
+        result = _error(name, f"internal error: {type(exc).__name__}: {first_line(exc)}")
     try:
         sender.send(result)
     finally:
         sender.close()
-
-
-def _name(args: tuple[Any, ...]) -> str:
-    """The unit's name for an error the child reports itself: a target, or an artifact's path."""
-    first = args[0] if args else None
-    if first is not None and hasattr(first, "factory"):
-        return f"target:{first.name}"
-    return str(args[2]) if len(args) > 2 and isinstance(args[2], str) else "<work>"
 
 
 def _limit_memory(budget: int) -> None:
