@@ -31,7 +31,10 @@ from qlint.inputs import ReadError
 
 # Operator namespaces a quantized Cortex-M program is made of.
 NAMESPACES = ("aten", "quantized_decomposed", "cortex_m")
-_OP_TARGET = re.compile(rf"^torch\.ops\.({'|'.join(NAMESPACES)})\.[A-Za-z][A-Za-z0-9_]*\.[A-Za-z][A-Za-z0-9_]*$")
+# `<op>.<overload>`: names may start with one underscore (`aten._softmax`), never two (`__class__`
+# would walk Python attributes instead of naming an operator).
+_NAME = r"(?!__)[A-Za-z_][A-Za-z0-9_]*"
+_OP_TARGET = re.compile(rf"^torch\.ops\.({'|'.join(NAMESPACES)})\.{_NAME}\.{_NAME}$")
 _PYTHON_TARGETS = frozenset({"_operator.getitem"})
 _METADATA = frozenset({"archive_format", "archive_version", ".data/version", "byteorder", ".data/serialization_id"})
 _PAYLOAD_DIRS = {"weights": re.compile(r"^weight_\d+$"), "constants": re.compile(r"^tensor_\d+$")}
