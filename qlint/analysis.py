@@ -1,20 +1,25 @@
-"""What each fp32 island is: a constant scale, or the reason it is not; and which guards block a fold.
+"""One record per fp32 island and requantize pair: what it is, why, what blocks a fold.
 
-Both the rules (`checks`) and the fold planner (`folds`) start from this
-analysis, so neither imports the other's layer.
+Both the rules (`checks`) and the fold planner (`folds`) read these records, so
+neither imports the other's layer. The exhaustive evaluation of a region (every
+integer of its input dtype through the graph's own ops) is the expensive part:
+a record computes it at most once, on first use, and a run shares it between the
+finding, the fold plan and the check of the fixed program.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import torch
 from torch.fx import Node
 
-from qlint.config import Config
-from qlint.evaluate import runtime_input
+from qlint.config import Config, ConstantKind, FoldGuards
+from qlint.evaluate import evaluate, input_domain, not_per_integer, runtime_input
 from qlint.graph_view import Constant, GraphView, Kind, QParams, base_name, op_name
-from qlint.islands import Island, find_islands
+from qlint.islands import Island, find_islands, requantize_pairs
 
 SCALE_OPS = {"div", "mul"}
 NORMALIZATION_OPS = {
@@ -22,6 +27,9 @@ NORMALIZATION_OPS = {
     "native_batch_norm", "_native_batch_norm_legit_no_training", "rms_norm", "var", "var_mean",
     "std", "rsqrt", "norm", "linalg_vector_norm",
 }
+# The rules whose findings come from regions; the others need no island analysis.
+ISLAND_CODES = ("QL001", "QL002")
+PAIR_CODE = "QL004"
 
 
 @dataclass
@@ -51,16 +59,75 @@ class ScaleIsland:
         return factor
 
 
-@dataclass
+@dataclass(frozen=True)
+class Exhaustive:
+    """A region run on every integer of its input dtype: the whole function, not a sample."""
+
+    values: torch.Tensor                 # every integer of the input dtype
+    mask: torch.Tensor                   # those the producer can emit (inside its [qmin, qmax])
+    outputs: dict[Node, torch.Tensor]    # integers each quantize output gets for `values`
+
+    def reproduces_input(self, out: Node) -> bool:
+        """quantize(f(dequantize(q))) == q at `out`, for every q the input can hold."""
+        result = self.outputs[out]
+        return result.dtype == self.values.dtype and torch.equal(result[self.mask], self.values[self.mask])
+
+    @property
+    def identity(self) -> bool:
+        return all(self.reproduces_input(out) for out in self.outputs)
+
+
+# Shared by the records of one run: the fixed program keeps the nodes of the
+# regions it did not fold, so their evaluations carry over.
+Evaluations = dict[tuple[Node, ...], "Exhaustive | None"]
+
+
+@dataclass(eq=False)
+class Region:
+    """An fp32 island (QL001 or QL002) or a requantize pair (QL004): what a rule reports and a fold rewrites."""
+
+    code: str
+    island: Island              # a pair is an island with no nodes: input dq, output q
+    anchor: Node                # the node findings point at
+    dq: Node | None             # the one dequantized runtime input, if there is exactly one
+    scale: ScaleIsland | None   # QL001 only
+    reason: str                 # QL002: why it is not a constant scale
+    blocked: list[str]          # fold guards from the config that forbid folding it
+    not_elementwise: str | None  # why a flat vector of integers does not describe it
+    view: GraphView = field(repr=False)
+    evaluations: Evaluations = field(repr=False)
+
+    @property
+    def qp_in(self) -> QParams | None:
+        return self.view.qparams(self.dq) if self.dq is not None else None
+
+    def exhaustive(self) -> Exhaustive | None:
+        """The region on every input integer (computed once per run), or None when that
+        does not describe it: not one dequantized input, not elementwise, an output that
+        is not a quantize."""
+        key = (*self.island.nodes, *self.island.inputs, *self.island.outputs)
+        if key not in self.evaluations:
+            self.evaluations[key] = self._evaluate()
+        return self.evaluations[key]
+
+    def _evaluate(self) -> Exhaustive | None:
+        qp_in = self.qp_in
+        if self.dq is None or qp_in is None or self.not_elementwise:
+            return None
+        if any(self.view.kind(o) != Kind.QUANTIZE for o in self.island.outputs):
+            return None
+        values, mask = input_domain(qp_in)
+        return Exhaustive(values, mask, evaluate(self.view, self.island, self.dq, values))
+
+
+@dataclass(frozen=True)
 class Analysis:
-    """Everything the rules found in one program; fixes start from here."""
+    """The regions of one program, in graph order (islands, then requantize pairs)."""
 
     view: GraphView
-    islands: list[Island] = field(default_factory=list)
-    scale_islands: dict[int, ScaleIsland] = field(default_factory=dict)   # by island index
-    reasons: dict[int, str] = field(default_factory=dict)                 # why not QL001
-    folds: list[Any] = field(default_factory=list)    # qlint.folds.Fold: what --fix would apply
-    left: list[Any] = field(default_factory=list)     # qlint.folds.Left: what it would leave, and why
+    islands: list[Island]     # every fp32 island, whether or not its rule is enabled
+    regions: list[Region]     # only those of enabled rules
+    evaluations: Evaluations
 
 
 def _is_runtime(view: GraphView, arg: Any, inside: set[Node]) -> bool:
@@ -110,29 +177,64 @@ def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland 
     return ScaleIsland(island, dq, steps, qp_in, cast(QParams, qps_out.pop()))
 
 
-def blocked_guards(scale: ScaleIsland, config: Config) -> list[str]:
-    """The fold guards from the config that forbid folding this island."""
-    guards = config.fold
+def blocked_guards(
+    guards: FoldGuards, qp_in: QParams | None, kinds: Iterable[ConstantKind], qp_out: QParams | None = None
+) -> list[str]:
+    """The fold guards that forbid folding a region: the one place guards are checked.
+
+    `qp_out` is given for a constant scale, whose fold keeps the input's clamp range.
+    """
     blocked = []
-    if scale.qp_in.dtype_name not in guards.dtypes:
-        blocked.append(f"fold.dtypes: {scale.qp_in.dtype_name} not in [{', '.join(guards.dtypes)}]")
-    kinds = sorted({s.constant.kind for s in scale.steps} - set(guards.constant_kinds))
-    if kinds:
-        blocked.append(f"fold.constant_kinds: {', '.join(kinds)} not in [{', '.join(guards.constant_kinds)}]")
-    a, b = scale.qp_in, scale.qp_out
-    if guards.require_equal_qrange and (a.dtype, a.qmin, a.qmax) != (b.dtype, b.qmin, b.qmax):
+    if qp_in is not None and qp_in.dtype_name not in guards.dtypes:
+        blocked.append(f"fold.dtypes: {qp_in.dtype_name} not in [{', '.join(guards.dtypes)}]")
+    disallowed = sorted(set(kinds) - set(guards.constant_kinds))
+    if disallowed:
+        blocked.append(f"fold.constant_kinds: {', '.join(disallowed)} not in [{', '.join(guards.constant_kinds)}]")
+    a, b = qp_in, qp_out
+    if guards.require_equal_qrange and a is not None and b is not None and (a.dtype, a.qmin, a.qmax) != (
+        b.dtype, b.qmin, b.qmax
+    ):
         blocked.append(
             f"fold.require_equal_qrange: {a.dtype_name}[{a.qmin}, {a.qmax}] in, {b.dtype_name}[{b.qmin}, {b.qmax}] out"
         )
     return blocked
 
 
-def analyse(view: GraphView, config: Config) -> Analysis:
-    analysis = Analysis(view, find_islands(view))
-    for index, island in enumerate(analysis.islands):
-        result = classify(view, island, config.fold.max_elements)
-        if isinstance(result, ScaleIsland):
-            analysis.scale_islands[index] = result
-        else:
-            analysis.reasons[index] = result
-    return analysis
+def _island_region(
+    view: GraphView, island: Island, config: Config, evaluations: Evaluations
+) -> Region:
+    dq = runtime_input(view, island)
+    result = classify(view, island, config.fold.max_elements)
+    if isinstance(result, ScaleIsland):
+        kinds = [s.constant.kind for s in result.steps]
+        blocked = blocked_guards(config.fold, result.qp_in, kinds, result.qp_out)
+        scale, reason, code = result, "", "QL001"
+    else:
+        kinds = [c.kind for n in island.compute for a in n.args if (c := view.constant(a)) is not None]
+        blocked = blocked_guards(config.fold, view.qparams(dq) if dq is not None else None, kinds)
+        scale, reason, code = None, result, "QL002"
+    return Region(code, island, island.anchor, dq, scale, reason, blocked, not_per_integer(view, island), view,
+                  evaluations)
+
+
+def _pair_region(view: GraphView, dq: Node, q: Node, config: Config, evaluations: Evaluations) -> Region:
+    blocked = blocked_guards(config.fold, view.qparams(dq), ())
+    return Region(PAIR_CODE, Island([], [], [dq], [q]), q, dq, None, "", blocked, None, view, evaluations)
+
+
+def analyse(
+    view: GraphView, config: Config, codes: Collection[str], evaluations: Evaluations | None = None
+) -> Analysis:
+    """The regions of the rules in `codes`; islands are classified only when QL001 or QL002 runs,
+    requantize pairs found only when QL004 does."""
+    evaluations = {} if evaluations is None else evaluations
+    islands = find_islands(view)
+    regions = []
+    if any(code in codes for code in ISLAND_CODES):
+        for island in islands:
+            region = _island_region(view, island, config, evaluations)
+            if region.code in codes:
+                regions.append(region)
+    if PAIR_CODE in codes:
+        regions.extend(_pair_region(view, dq, q, config, evaluations) for dq, q in requantize_pairs(view))
+    return Analysis(view, islands, regions, evaluations)

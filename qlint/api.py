@@ -19,9 +19,9 @@ __all__ = ["Config", "FixError", "FixResult", "VerificationError", "fix", "lint"
 
 def lint(program: Any, config: Config | None = None, *, artifact: str = "<program>") -> list[Finding]:
     """Lower a quantized ExportedProgram for Cortex-M and return every finding."""
-    from qlint.program import check_program
+    from qlint.program import lint_program
 
-    return check_program(program, artifact, config or Config()).findings
+    return lint_program(program, artifact, config or Config()).findings
 
 
 def fix(

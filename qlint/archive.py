@@ -174,7 +174,7 @@ def parse_pt2(data: bytes, limits: ArchiveLimits) -> Pt2Archive:
                 f"unexpected entry {name!r}; qlint loads programs, weights, constants and sample inputs only"
             )
     program = _json(entries[MODEL], MODEL)
-    check_program_json(program, limits)
+    validate_program_json(program, limits)
     return Pt2Archive(prefix, entries, program)
 
 
@@ -202,7 +202,7 @@ def _payloads(body: bytes, kind: str, pattern: re.Pattern[str]) -> Iterator[str]
         yield path_name
 
 
-def check_program_json(program: Any, limits: ArchiveLimits) -> None:
+def validate_program_json(program: Any, limits: ArchiveLimits) -> None:
     """Refuse what would run code or build unbounded state while torch deserializes or
     lowers the program: foreign node targets, symbolic shapes, subgraphs, custom objects,
     and tensors larger in total than the limit."""

@@ -23,8 +23,9 @@ from typing import Any
 from qlint import __version__
 from qlint.catalog import load_catalog
 from qlint.config import CONFIG_MAX_BYTES, Config
-from qlint.findings import SEVERITIES, ArtifactStats, Finding, Location, Report
+from qlint.findings import ArtifactStats, Finding, Location, Report, Severity
 from qlint.inputs import ReadError, read_input
+from qlint.options import RunOptions
 from qlint.output import write_atomic
 
 SCHEMA = 1
@@ -77,10 +78,11 @@ def _config_fingerprint(config: Config) -> str:
 
 
 class Cache:
-    def __init__(self, directory: Path, config: Config, options: dict[str, Any]) -> None:
+    def __init__(self, directory: Path, config: Config, options: RunOptions) -> None:
         self.directory = directory
         self.salt = json.dumps(
-            {"schema": SCHEMA, "versions": _versions(), "config": _config_fingerprint(config), "options": options},
+            {"schema": SCHEMA, "versions": _versions(), "config": _config_fingerprint(config),
+             "options": options.cache_key()},
             sort_keys=True, default=str,
         )
 
@@ -151,8 +153,11 @@ def _finding(data: Any) -> Finding | None:
         location = _record(Location, data["location"])
         if location is None:
             return None
-    finding = _record(Finding, data, location=location)
-    if finding is None or finding.code not in load_catalog() or finding.severity not in SEVERITIES[:-1]:
+    severity = data.get("severity")
+    if severity not in tuple(Severity) or severity == Severity.OFF:
+        return None
+    finding = _record(Finding, data, location=location, severity=Severity(severity))
+    if finding is None or finding.code not in load_catalog():
         return None
     return finding
 

@@ -1,19 +1,27 @@
-"""The rules: turn the analysis, fold plans, requantize pairs and coverage of a GraphView into findings."""
+"""The rules QL001-QL005: one program's regions, fold plans and coverage into findings.
+
+Each rule registers its code with the function that produces its findings;
+`run_rules` asks the registry first, so a deselected rule's analysis (island
+classification, exhaustive evaluation, fold planning) never runs.
+"""
 
 from __future__ import annotations
 
 import math
+import traceback
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch.fx import Node
 
-from qlint.analysis import Analysis, ScaleIsland, analyse, blocked_guards
+from qlint.analysis import Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.config import Config
-from qlint.evaluate import identity_on_ints, requantize_identity
 from qlint.findings import ArtifactStats, Finding, Location
-from qlint.folds import plan
+from qlint.folds import Fold, Left, plan_region
 from qlint.graph_view import GraphView, QParams
-from qlint.islands import Island, coverage, fp32_elements, requantize_pairs
+from qlint.islands import coverage, fp32_elements
+from qlint.lowering import LoweringError, first_line
+from qlint.registry import RULES, Scope, enabled_rules, rule
 from qlint.source import locate
 
 
@@ -32,13 +40,10 @@ class FindingFactory:
 
     def make(
         self, code: str, message: str, nodes: tuple[Node, ...] = (), fixable: bool = False, **details: Any
-    ) -> Finding | None:
-        severity = self.config.severity(code)
-        if severity == "off":
-            return None
+    ) -> Finding:
         return Finding(
             code=code,
-            severity=severity,
+            severity=self.config.severity(code),
             message=message,
             artifact=self.artifact,
             node=nodes[0].name if nodes else "",
@@ -48,14 +53,74 @@ class FindingFactory:
         )
 
 
+@dataclass
+class Context:
+    """What the rules of one program share; fold plans are made once, on first use."""
+
+    view: GraphView
+    analysis: Analysis
+    make: FindingFactory
+    failure: LoweringError | None = None
+    verbose: bool = False
+    plans: dict[Region, Fold | Left] = field(default_factory=dict)
+
+    def plan(self, region: Region) -> Fold | Left:
+        if region not in self.plans:
+            self.plans[region] = plan_region(region)
+        return self.plans[region]
+
+    def fixable(self, region: Region) -> bool:
+        """A finding is fixable exactly when `--fix` has a proven fold for it."""
+        return isinstance(self.plan(region), Fold)
+
+
+@dataclass
+class Linted:
+    """One program after its rules ran: what they found, and what `--fix` would do."""
+
+    findings: list[Finding]
+    stats: ArtifactStats
+    analysis: Analysis
+    plans: list[Fold | Left]     # one per region, in graph order
+    failure: LoweringError | None = None  # why the program did not lower
+    lowered: Any | None = None   # the lowered ExportedProgram, when lowering worked
+
+    @property
+    def folds(self) -> list[Fold]:
+        return [p for p in self.plans if isinstance(p, Fold)]
+
+    @property
+    def left(self) -> list[Left]:
+        return [p for p in self.plans if isinstance(p, Left)]
+
+
+def lowering_message(exc: LoweringError, verbose: bool = False) -> str:
+    """One line naming the pass and node; with `verbose`, the traceback after it."""
+    where = f" at node {exc.node.name}" if exc.node is not None else ""
+    message = f"Cortex-M lowering failed in {exc.pass_name}{where}: {first_line(exc.cause)}"
+    if verbose:
+        message += "\n" + "".join(traceback.format_exception(exc.cause))
+    return message
+
+
+@rule("QL003", Scope.LOWERING)
+def lowering_failed(context: Context) -> list[Finding]:
+    exc = context.failure
+    assert exc is not None
+    nodes = (exc.node,) if exc.node is not None else ()
+    return [context.make.make("QL003", lowering_message(exc, context.verbose), nodes, pass_name=exc.pass_name)]
+
+
 def _scale_text(scale: ScaleIsland) -> str:
     return " ".join(f"{'/' if s.op == 'div' else '*'} {s.constant}" for s in scale.steps)
 
 
-def scale_finding(make: FindingFactory, scale: ScaleIsland, view: GraphView, fixable: bool) -> Finding | None:
-    identity = identity_on_ints(view, scale.island)
-    blocked = blocked_guards(scale, make.config)
-    elements = fp32_elements(view, scale.island)
+@rule("QL001", Scope.REGION)
+def constant_scale(context: Context, region: Region) -> Finding:
+    scale = region.scale
+    assert scale is not None
+    exhaustive = region.exhaustive()
+    identity = exhaustive is not None and exhaustive.identity
     ident_text = (
         f"already an exact identity on {scale.qp_in.dtype_name} values"
         if identity
@@ -65,53 +130,76 @@ def scale_finding(make: FindingFactory, scale: ScaleIsland, view: GraphView, fix
         f"constant scale in fp32: x {_scale_text(scale)} between dequantize {scale.qp_in} "
         f"and quantize {scale.qp_out}; {ident_text}"
     )
-    if blocked:
-        message += f"; fold blocked by {'; '.join(blocked)}"
-    return make.make(
+    if region.blocked:
+        message += f"; fold blocked by {'; '.join(region.blocked)}"
+    island = region.island
+    return context.make.make(
         "QL001",
         message,
-        (scale.island.anchor, *scale.island.nodes),
-        fixable,
-        ops=scale.island.ops,
+        (region.anchor, *island.nodes),
+        context.fixable(region),
+        ops=island.ops,
         constants=[
             {"name": s.constant.name, "kind": s.constant.kind, "value": s.value, "op": s.op} for s in scale.steps
         ],
         factor=scale.factor,
         input_qparams=_qp_dict(scale.qp_in),
         output_qparams=_qp_dict(scale.qp_out),
-        identity=bool(identity),
-        blocked_by=blocked,
-        fp32_elements=elements,
+        identity=identity,
+        blocked_by=region.blocked,
+        fp32_elements=fp32_elements(context.view, island),
     )
 
 
-def island_finding(make: FindingFactory, island: Island, reason: str, view: GraphView, fixable: bool) -> Finding | None:
-    elements = fp32_elements(view, island)
-    ops = ", ".join(island.ops)
-    return make.make(
+@rule("QL002", Scope.REGION)
+def fp32_island(context: Context, region: Region) -> Finding:
+    island = region.island
+    elements = fp32_elements(context.view, island)
+    return context.make.make(
         "QL002",
-        f"fp32 island ({ops}), {elements} fp32 elements per inference: {reason}",
-        (island.anchor, *island.nodes),
-        fixable,
+        f"fp32 island ({', '.join(island.ops)}), {elements} fp32 elements per inference: {region.reason}",
+        (region.anchor, *island.nodes),
+        context.fixable(region),
         ops=island.ops,
         fp32_elements=elements,
-        reason=reason,
+        reason=region.reason,
     )
 
 
-def requantize_finding(make: FindingFactory, view: GraphView, dq: Node, q: Node, fixable: bool) -> Finding | None:
+@rule("QL004", Scope.REGION)
+def requantize(context: Context, region: Region) -> Finding:
+    view, dq, q = context.view, region.island.inputs[0], region.anchor
     qp_in, qp_out = view.qparams(dq), view.qparams(q)
-    identity = requantize_identity(view, dq, q)
+    exhaustive = region.exhaustive()
+    identity = exhaustive is not None and exhaustive.identity
     kind = "an identity" if identity else "a rescale"
-    return make.make(
+    return context.make.make(
         "QL004",
         f"dequantize -> quantize with nothing between ({kind} done in fp32): {qp_in} -> {qp_out}",
         (q, dq, *dq.all_input_nodes),
-        fixable,
-        identity=bool(identity),
+        context.fixable(region),
+        identity=identity,
         input_qparams=_qp_dict(qp_in),
         output_qparams=_qp_dict(qp_out),
     )
+
+
+@rule("QL005", Scope.PROGRAM)
+def low_coverage(context: Context) -> list[Finding]:
+    config, cov = context.make.config, coverage(context.view)
+    if cov.ratio >= config.coverage_threshold:
+        return []
+    listed = ", ".join(f"{name} x{count}" for name, count in cov.fp32_op_counts.most_common())
+    return [
+        context.make.make(
+            "QL005",
+            f"int8 coverage {_percent_down(cov.ratio)} < {config.coverage_threshold * 100:g}%: "
+            f"{cov.total - cov.int_ops} of {cov.total} compute ops run in fp32 ({listed})",
+            coverage=cov.ratio,
+            fp32_ops=dict(cov.fp32_op_counts),
+            int_ops=cov.int_ops,
+        )
+    ]
 
 
 def _qp_dict(qp: QParams | None) -> dict[str, Any] | None:
@@ -125,36 +213,32 @@ def _percent_down(ratio: float) -> str:
     return f"{math.floor(ratio * 1000) / 10:.1f}%"
 
 
-def check(view: GraphView, artifact: str, config: Config) -> tuple[list[Finding], ArtifactStats, Analysis]:
-    """Run every rule on one program."""
-    make = FindingFactory(artifact, config)
-    analysis = analyse(view, config)
-    # A finding is fixable exactly when `--fix` has a proven fold for it; the
-    # plan is kept on the analysis so --fix applies it without proving it again.
-    analysis.folds, analysis.left = plan(analysis, config)
-    foldable = {fold.anchor for fold in analysis.folds}
-    findings: list[Finding | None] = []
-    for index, island in enumerate(analysis.islands):
-        fixable = island.anchor in foldable
-        if index in analysis.scale_islands:
-            findings.append(scale_finding(make, analysis.scale_islands[index], view, fixable))
-        else:
-            findings.append(island_finding(make, island, analysis.reasons[index], view, fixable))
-    for dq, q in requantize_pairs(view):
-        findings.append(requantize_finding(make, view, dq, q, q in foldable))
+def run_rules(
+    view: GraphView,
+    artifact: str,
+    config: Config,
+    *,
+    failure: LoweringError | None = None,
+    verbose: bool = False,
+    evaluations: Evaluations | None = None,
+) -> Linted:
+    """Run the enabled rules on one program (the quantized one when lowering failed).
+
+    `evaluations` carries exhaustive evaluations over from an earlier analysis of
+    the same graph (the fixed program keeps the nodes it did not fold).
+    """
+    region_codes = {r.code for r in enabled_rules(Scope.REGION, config)}
+    analysis = analyse(view, config, region_codes, evaluations)
+    context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose)
+    findings: list[Finding] = []
+    if failure is not None:
+        for lowering_rule in enabled_rules(Scope.LOWERING, config):
+            findings.extend(lowering_rule.function(context))
+    for region in analysis.regions:
+        findings.append(RULES[region.code].function(context, region))
+    for program_rule in enabled_rules(Scope.PROGRAM, config):
+        findings.extend(program_rule.function(context))
     cov = coverage(view)
-    if cov.ratio < config.coverage_threshold:
-        listed = ", ".join(f"{name} x{count}" for name, count in cov.fp32_ops.most_common())
-        findings.append(
-            make.make(
-                "QL005",
-                f"int8 coverage {_percent_down(cov.ratio)} < {config.coverage_threshold * 100:g}%: "
-                f"{sum(cov.fp32_ops.values())} of {cov.total} compute ops run in fp32 ({listed})",
-                coverage=cov.ratio,
-                fp32_ops=dict(cov.fp32_ops),
-                int_ops=cov.int_ops,
-            )
-        )
     stats = ArtifactStats(
         artifact=artifact,
         nodes=sum(1 for n in view.nodes if n.op == "call_function"),
@@ -164,4 +248,4 @@ def check(view: GraphView, artifact: str, config: Config) -> tuple[list[Finding]
         coverage=cov.ratio,
         lowered=view.lowered,
     )
-    return [f for f in findings if f is not None], stats, analysis
+    return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure)

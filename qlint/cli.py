@@ -10,9 +10,14 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qlint import __version__
 from qlint.inputs import printable
+from qlint.options import FixOptions, LoweringOrder, RunOptions
+
+if TYPE_CHECKING:
+    from qlint.findings import Report
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 COMMANDS = ("check", "fix", "rule", "rules", "init")
@@ -108,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--target-cpu", choices=CPUS, help="Cortex-M CPU to lower for (overrides the config)")
     check.add_argument(
         "--lowering",
-        choices=("repaired", "stock"),
+        choices=tuple(LoweringOrder),
         default="repaired",
         help="pass order: qlint's repaired order (default) or ExecuTorch's stock order",
     )
@@ -201,8 +206,25 @@ def cmd_init(path: Path) -> int:
     return EXIT_OK
 
 
+def _baseline(report: Report, args: argparse.Namespace) -> int | None:
+    """Write the baseline (the run ends: its exit code) or drop what it accepts (None: go on)."""
+    from qlint.suppressions import BaselineError, apply_baseline, write_baseline
+
+    try:
+        if args.write_baseline:
+            write_baseline(report, args.write_baseline)
+            print(f"wrote {len(report.findings)} findings to {printable(str(args.write_baseline))}", file=sys.stderr)
+            return EXIT_ERROR if report.errors else EXIT_OK
+        if args.baseline:
+            apply_baseline(report, args.baseline)
+    except BaselineError as exc:
+        print(f"qlint: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return None
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    from qlint.config import ConfigError, check_selectors, find_config, load_config
+    from qlint.config import ConfigError, find_config, load_config, validate_selectors
 
     try:
         config_path = args.config if args.config else find_config(Path.cwd())
@@ -215,7 +237,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 def err(message: str, option: str = option) -> ConfigError:
                     return ConfigError("<command line>", 0, option, message)
 
-                check_selectors(codes, err)
+                validate_selectors(codes, err)
         config = config.with_overrides(target_cpu=args.target_cpu, select=args.select, ignore=args.ignore)
     except ConfigError as exc:
         print(f"qlint: config error: {printable(str(exc))}", file=sys.stderr)
@@ -224,60 +246,40 @@ def cmd_check(args: argparse.Namespace) -> int:
     from qlint import backend, engine, reporters
 
     backend.quiet_logs(args.verbose)
+    if args.jobs < 1:
+        print("qlint: error: --jobs must be at least 1", file=sys.stderr)
+        return EXIT_ERROR
+    fix = None
+    if args.fix or args.diff:
+        if args.output_dir is not None and not args.output_dir.is_dir():
+            print(f"qlint: error: --output-dir {args.output_dir}: not a directory", file=sys.stderr)
+            return EXIT_ERROR
+        fix = FixOptions(output_dir=args.output_dir, dry_run=args.diff)
+    options = RunOptions(order=LoweringOrder(args.lowering), verbose=args.verbose, fix=fix)
     cache = None
     if not args.no_cache:
         from qlint.cache import Cache, default_dir
 
-        # Every option that changes a report is part of the key: -v puts tracebacks in QL003 messages.
-        cache = Cache(args.cache_dir or default_dir(), config, {"order": args.lowering, "verbose": args.verbose})
+        cache = Cache(args.cache_dir or default_dir(), config, options)
     if args.targets_only:
         paths, targets = [], list(config.targets)
     elif args.paths:
         paths, targets = list(args.paths), []
     else:
         paths, targets = [Path(".")], list(config.targets)
-    fix = None
-    if args.fix or args.diff:
-        if args.output_dir is not None and not args.output_dir.is_dir():
-            print(f"qlint: error: --output-dir {args.output_dir}: not a directory", file=sys.stderr)
-            return EXIT_ERROR
-        fix = engine.FixOptions(output_dir=args.output_dir, dry_run=args.diff)
-    if args.jobs < 1:
-        print("qlint: error: --jobs must be at least 1", file=sys.stderr)
-        return EXIT_ERROR
     report = engine.run(
-        paths,
-        targets,
-        config,
-        fix,
-        cache,
-        jobs=args.jobs,
-        shard=args.shard,
-        progress=_progress_bar(args),
-        order=args.lowering,
-        verbose=args.verbose,
+        paths, targets, config, options, cache, jobs=args.jobs, shard=args.shard, progress=_progress_bar(args)
     )
 
-    from qlint.suppressions import BaselineError, apply_baseline, apply_suppressions, write_baseline
+    from qlint.suppressions import apply_suppressions
 
     apply_suppressions(report, config)
     if report.checked == 0 and not report.errors:
         where = f" in shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""
         print(f"qlint: warning: no artifacts found{where}", file=sys.stderr)
-    if args.write_baseline:
-        try:
-            write_baseline(report, args.write_baseline)
-        except BaselineError as exc:
-            print(f"qlint: error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
-        print(f"wrote {len(report.findings)} findings to {printable(str(args.write_baseline))}", file=sys.stderr)
-        return EXIT_ERROR if report.errors else EXIT_OK
-    if args.baseline:
-        try:
-            apply_baseline(report, args.baseline)
-        except BaselineError as exc:
-            print(f"qlint: error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
+    ended = _baseline(report, args)
+    if ended is not None:
+        return ended
     for error in report.errors:
         print(f"qlint: error: {error}", file=sys.stderr)
     if args.statistics:

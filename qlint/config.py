@@ -15,8 +15,9 @@ from typing import Any
 
 import yaml
 
+from qlint._compat import StrEnum
 from qlint.catalog import load_catalog
-from qlint.findings import SEVERITIES
+from qlint.findings import Severity
 from qlint.inputs import ReadError, printable, read_input
 
 CONFIG_NAME = ".qlint.yaml"
@@ -28,9 +29,17 @@ CPUS = (
     "cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m23",
     "cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85",
 )
-CONSTANT_KINDS = ("parameter", "buffer", "constant", "literal")
 FOLD_DTYPES = ("int8", "int16")
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class ConstantKind(StrEnum):
+    """Where a constant operand lives in the program."""
+
+    PARAMETER = "parameter"
+    BUFFER = "buffer"
+    CONSTANT = "constant"   # a lifted tensor constant
+    LITERAL = "literal"     # a number written into the graph
 
 
 class ConfigError(Exception):
@@ -43,7 +52,7 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class FoldGuards:
-    constant_kinds: tuple[str, ...] = ("parameter", "buffer", "constant", "literal")
+    constant_kinds: tuple[ConstantKind, ...] = tuple(ConstantKind)
     max_elements: int = 1
     dtypes: tuple[str, ...] = ("int8",)
     require_equal_qrange: bool = True
@@ -80,7 +89,7 @@ class Config:
     exclude: tuple[str, ...] = ()
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
-    severities: dict[str, str] = field(default_factory=dict)
+    severities: dict[str, Severity] = field(default_factory=dict)
     coverage_threshold: float = 0.9
     fold: FoldGuards = field(default_factory=FoldGuards)
     limits: Limits = field(default_factory=Limits)
@@ -91,13 +100,17 @@ class Config:
         """The config file's folder: target factories are imported relative to it."""
         return self.path.parent.resolve() if self.path else Path.cwd()
 
-    def severity(self, code: str) -> str:
+    def severity(self, code: str) -> Severity:
         """Effective severity: off when deselected, else the config's or the catalog's."""
         if self.select and not any(code.startswith(s) for s in self.select):
-            return "off"
+            return Severity.OFF
         if any(code.startswith(s) for s in self.ignore):
-            return "off"
-        return self.severities.get(code) or load_catalog()[code].default_severity
+            return Severity.OFF
+        return self.severities.get(code) or Severity(load_catalog()[code].default_severity)
+
+    def enabled(self, code: str) -> bool:
+        """Whether rule `code` runs at all: a deselected rule costs nothing."""
+        return self.severity(code) != Severity.OFF
 
     def with_overrides(self, **changes: Any) -> Config:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -120,7 +133,7 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
-def check_selectors(selectors: tuple[str, ...], where: Callable[[str], ConfigError]) -> None:
+def validate_selectors(selectors: tuple[str, ...], where: Callable[[str], ConfigError]) -> None:
     codes = load_catalog()
     for selector in selectors:
         if not any(code.startswith(selector) for code in codes):
@@ -223,7 +236,7 @@ class _Parser:
     def key_select(self, node: yaml.Node, key: str) -> tuple[str, ...]:
         values = self.strings(node, key)
         for item, value in zip(node.value, values, strict=True):
-            check_selectors((value,), functools.partial(self.error, item, key))
+            validate_selectors((value,), functools.partial(self.error, item, key))
         return values
 
     key_ignore = key_select
@@ -234,16 +247,16 @@ class _Parser:
             raise self.error(node, key, f"must be between 0 and 1, got {value}")
         return value
 
-    def key_rules(self, node: yaml.Node, key: str) -> dict[str, str]:
+    def key_rules(self, node: yaml.Node, key: str) -> dict[str, Severity]:
         codes = load_catalog()
         severities = {}
         for code, knode, value in self.mapping(node, key):
             if code not in codes:
                 raise self.error(knode, f"{key}.{code}", f"unknown rule code (known: {', '.join(codes)})")
             severity = self.scalar(value, f"{key}.{code}", str)
-            if severity not in SEVERITIES:
-                raise self.error(value, f"{key}.{code}", f"{severity!r} is not one of {', '.join(SEVERITIES)}")
-            severities[code] = severity
+            if severity not in tuple(Severity):
+                raise self.error(value, f"{key}.{code}", f"{severity!r} is not one of {', '.join(Severity)}")
+            severities[code] = Severity(severity)
         return severities
 
     def key_fold(self, node: yaml.Node, key: str) -> FoldGuards:
@@ -251,7 +264,7 @@ class _Parser:
         for name, knode, value in self.mapping(node, key):
             full = f"{key}.{name}"
             if name == "constant_kinds":
-                changes[name] = self.choices(value, full, CONSTANT_KINDS)
+                changes[name] = tuple(ConstantKind(k) for k in self.choices(value, full, tuple(ConstantKind)))
             elif name == "dtypes":
                 changes[name] = self.choices(value, full, FOLD_DTYPES)
             elif name == "max_elements":

@@ -1,4 +1,8 @@
-"""Check inputs: collect artifacts, read them, lower them, run the rules."""
+"""Run qlint over inputs: find artifacts and targets, answer from the cache, lint or fix each one.
+
+The per-program work (lower, run the rules) is `qlint.program`; this module
+owns discovery, the cache, shards, child processes and writing fixes.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,8 @@ from typing import Any
 
 from qlint.config import Config, Target
 from qlint.findings import InputError, Report
-from qlint.inputs import ReadError, regular_file
-from qlint.program import check_program
+from qlint.inputs import ReadError, regular_file, shown_path
+from qlint.options import RunOptions
 
 
 def _matches(rel: str, patterns: Iterable[str]) -> bool:
@@ -50,16 +54,8 @@ def collect(paths: list[Path], config: Config) -> tuple[list[Path], list[InputEr
 
 
 def display(path: Path) -> str:
-    try:
-        return path.absolute().relative_to(Path.cwd().absolute()).as_posix()
-    except ValueError:
-        return path.as_posix()
-
-
-@dataclass
-class FixOptions:
-    output_dir: Path | None = None
-    dry_run: bool = False
+    """How an artifact is named in reports: relative to the working directory when inside it."""
+    return shown_path(path, Path.cwd()) or path.as_posix()
 
 
 def fix_into(
@@ -69,17 +65,14 @@ def fix_into(
     destination: Path,
     inputs: list[tuple[Any, ...]],
     config: Config,
-    fix: FixOptions,
-    **options: Any,
+    options: RunOptions,
 ) -> None:
     """Fix one program and write its .pte atomically; on any failure write nothing."""
     from qlint.fix import FixError, VerificationError, fix_program
     from qlint.output import write_atomic
 
     try:
-        result = fix_program(
-            program, artifact, config, inputs, order=options.get("order", "repaired"), dry_run=fix.dry_run
-        )
+        result = fix_program(program, artifact, config, inputs, options)
     except FixError as exc:
         report.errors.append(InputError(artifact, str(exc)))
         return
@@ -98,16 +91,8 @@ def fix_into(
     report.fixes.append(result.summary)
 
 
-def check_file(
-    path: Path,
-    config: Config,
-    fix: FixOptions | None = None,
-    cache: Any = None,
-    *,
-    isolate: bool = False,
-    **options: Any,
-) -> Report:
-    """Read one artifact's bytes once (bounded), answer from the cache or analyse them.
+def lint_file(path: Path, config: Config, options: RunOptions, cache: Any = None, *, isolate: bool = False) -> Report:
+    """Read one artifact's bytes once (bounded), answer from the cache or lint them.
 
     The cache is consulted here, before any child process or torch import. A
     `.pte` is always decoded in a child (its flatbuffer can share one table many
@@ -120,41 +105,35 @@ def check_file(
     try:
         if path.suffix not in (".pt2", ".pte"):
             raise ReadError(f"unsupported file type {path.suffix or '(none)'!r}: expected .pt2 or .pte")
-        if path.suffix == ".pte" and fix is not None:
+        if path.suffix == ".pte" and options.fix is not None:
             raise ReadError(".pte files can be checked but not fixed: fix the .pt2 it came from")
         data = read_input(path, config.limits.file_bytes, "artifact")
     except ReadError as exc:
         return Report(errors=[InputError(artifact, str(exc))])
-    key = cache.key(data, artifact) if cache is not None and fix is None else None
+    key = cache.key(data, artifact) if cache is not None and options.fix is None else None
     hit = cache.get(key, artifact) if key is not None else None
     if hit is not None:
         return hit
     if isolate or path.suffix == ".pte":
         report = run_isolated(
-            analyse_file,
-            (path, data, artifact, config, fix),
-            kwargs=options,
-            name=artifact,
-            limits=config.limits,
-            verbose=bool(options.get("verbose")),
+            lint_bytes, (path, data, artifact, config, options), name=artifact, limits=config.limits,
+            verbose=options.verbose,
         )
     else:
-        report = analyse_file(path, data, artifact, config, fix, **options)
+        report = lint_bytes(path, data, artifact, config, options)
     if key is not None:
         cache.put(key, report)
     return report
 
 
-def analyse_file(
-    path: Path, data: bytes, artifact: str, config: Config, fix: FixOptions | None = None, **options: Any
-) -> Report:
-    """Check (or fix) the bytes of one artifact."""
+def lint_bytes(path: Path, data: bytes, artifact: str, config: Config, options: RunOptions) -> Report:
+    """Lint (or fix) the bytes of one artifact."""
     report = Report()
     try:
         if path.suffix == ".pte":
-            from qlint.pte import check_pte
+            from qlint.pte import lint_pte
 
-            findings, stats = check_pte(data, artifact, config)
+            findings, stats = lint_pte(data, artifact, config)
             report.findings.extend(findings)
             report.stats.append(stats)
             return report
@@ -163,14 +142,14 @@ def analyse_file(
 
         program = read_pt2(data, ArchiveLimits.of(config.limits))
         sample = sample_inputs(program)
-        _check_or_fix(report, program, artifact, config, fix, path.parent, path.stem, sample, [], **options)
+        _lint_or_fix(report, program, artifact, config, options, path.parent, path.stem, sample, [])
     except ReadError as exc:
         report.errors.append(InputError(artifact, str(exc)))
     return report
 
 
-def check_target(target: Target, config: Config, fix: FixOptions | None = None, **options: Any) -> Report:
-    """Export, quantize and check one config target (run in a child process by `run`)."""
+def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
+    """Export, quantize and lint one config target (run in a child process by `run`)."""
     from qlint.quantize import quantize_target
 
     artifact = f"target:{target.name}"
@@ -180,24 +159,24 @@ def check_target(target: Target, config: Config, fix: FixOptions | None = None, 
     except ReadError as exc:
         report.errors.append(InputError(artifact, str(exc)))
         return report
-    _check_or_fix(report, program, artifact, config, fix, config.base, target.name, example, calibration or [],
-                  **options)
+    _lint_or_fix(report, program, artifact, config, options, config.base, target.name, example, calibration or [])
     return report
 
 
-def _check_or_fix(report: Report, program: Any, artifact: str, config: Config, fix: FixOptions | None,
-                  folder: Path, stem: str, example: tuple[Any, ...] | None, extra: list[tuple[Any, ...]],
-                  **options: Any) -> None:
-    """The step files and targets share: check a quantized program, or fix it into `<stem>.pte`."""
-    if fix is None:
-        checked = check_program(program, artifact, config, **options)
-        report.findings.extend(checked.findings)
-        report.stats.append(checked.stats)
+def _lint_or_fix(report: Report, program: Any, artifact: str, config: Config, options: RunOptions,
+                 folder: Path, stem: str, example: tuple[Any, ...] | None, extra: list[tuple[Any, ...]]) -> None:
+    """The step files and targets share: lint a quantized program, or fix it into `<stem>.pte`."""
+    if options.fix is None:
+        from qlint.program import lint_program
+
+        linted = lint_program(program, artifact, config, options)
+        report.findings.extend(linted.findings)
+        report.stats.append(linted.stats)
         return
     from qlint.fix import output_path, verification_inputs
 
-    destination = output_path(folder, stem, fix.output_dir)
-    fix_into(report, program, artifact, destination, verification_inputs(example, extra), config, fix, **options)
+    destination = output_path(folder, stem, options.fix.output_dir)
+    fix_into(report, program, artifact, destination, verification_inputs(example, extra), config, options)
 
 
 @dataclass(frozen=True)
@@ -233,31 +212,19 @@ def plan_work(
     return work, errors
 
 
-def run_one(
-    work: Work,
-    config: Config,
-    fix: FixOptions | None = None,
-    cache: Any = None,
-    *,
-    isolate: bool = False,
-    **options: Any,
-) -> Report:
+def run_one(work: Work, config: Config, options: RunOptions, cache: Any = None, *, isolate: bool = False) -> Report:
     """One file or target; targets always in a child process of their own."""
     from qlint.isolation import run_isolated
 
     try:
         if work.target is not None:
             report = run_isolated(
-                check_target,
-                (work.target, config, fix),
-                kwargs=options,
-                name=work.name,
-                limits=config.limits,
-                verbose=bool(options.get("verbose")),
+                lint_target, (work.target, config, options), name=work.name, limits=config.limits,
+                verbose=options.verbose,
             )
         else:
             assert work.path is not None
-            report = check_file(work.path, config, fix, cache, isolate=isolate, **options)
+            report = lint_file(work.path, config, options, cache, isolate=isolate)
     except Exception as exc:  # a crash in one artifact must not lose the others
         from qlint.lowering import first_line
 
@@ -270,15 +237,14 @@ def run(
     paths: list[Path],
     targets: list[Target],
     config: Config,
-    fix: FixOptions | None = None,
+    options: RunOptions | None = None,
     cache: Any = None,
     *,
     jobs: int = 1,
     shard: tuple[int, int] | None = None,
     progress: Callable[[int, int, str], None] | None = None,
-    **options: Any,
 ) -> Report:
-    """Check everything, reported in the serial order.
+    """Lint (or fix) everything, reported in the serial order.
 
     Targets and `.pte` files always run in a child process (`qlint.isolation`);
     with `jobs > 1` so does every artifact, `jobs` at a time. A child that exits,
@@ -286,11 +252,16 @@ def run(
     """
     from concurrent.futures import ThreadPoolExecutor
 
+    options = options or RunOptions()
     work, errors = plan_work(paths, targets, config, shard)
     report = Report(errors=errors)
+    if work and (jobs > 1 or any(w.target is not None for w in work)):
+        from qlint.isolation import warm_up
+
+        warm_up()  # children are certain (targets are never cached): start importing torch for them now
 
     def one(item: Work) -> Report:
-        return run_one(item, config, fix, cache, isolate=jobs > 1, **options)
+        return run_one(item, config, options, cache, isolate=jobs > 1)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = pool.map(one, work) if jobs > 1 else map(one, work)

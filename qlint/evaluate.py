@@ -55,17 +55,6 @@ def runtime_input(view: GraphView, island: Island) -> Node | None:
     return None
 
 
-def _uniform(value: torch.Tensor) -> torch.Tensor | None:
-    """A constant as the one value every position sees, or None if it varies.
-
-    Sizes become 1 but the rank and dtype stay, so type promotion is the graph's.
-    """
-    flat = value.detach().flatten()
-    if flat.numel() == 0 or (flat.numel() > 1 and not bool(torch.all(flat == flat[0]))):  # NaN != NaN
-        return None
-    return flat[0].reshape([1] * value.dim())
-
-
 def not_per_integer(view: GraphView, island: Island) -> str | None:
     """Why the island is not one function applied to each input integer alone; None when it is.
 
@@ -78,7 +67,7 @@ def not_per_integer(view: GraphView, island: Island) -> str | None:
             return f"not an elementwise function of its input ({op_name(node)})"
         for arg in node.args:
             constant = view.constant(arg) if isinstance(arg, Node) else None
-            if constant is not None and _uniform(constant.value) is None:
+            if constant is not None and constant.uniform() is None:
                 return f"per-channel constant {constant.name} ({constant.numel} elements)"
         runtime = [a for a in node.all_input_nodes if view.constant(a) is None]
         shape = getattr(output_value(node), "shape", None)
@@ -92,7 +81,7 @@ def _arg(view: GraphView, env: dict[Node, torch.Tensor], arg: Any) -> Any:
         if arg in env:
             return env[arg]
         constant = view.constant(arg)
-        value = None if constant is None else _uniform(constant.value)
+        value = None if constant is None else constant.uniform()
         if value is None:
             raise ValueError(f"operand {arg.name} is neither computed nor one constant value")
         return value
@@ -121,32 +110,3 @@ def evaluate(view: GraphView, island: Island, dq: Node, values: torch.Tensor) ->
         if view.kind(out) == Kind.QUANTIZE:
             results[out] = run_node(out, env[input_node(out)].reshape(-1), *out.args[1:], **out.kwargs)
     return results
-
-
-def identity_on_ints(view: GraphView, island: Island) -> bool | None:
-    """True when quantize(f(dequantize(q))) == q for every q the input can hold.
-
-    The island is run on every value of the input dtype; equality is required on
-    the values inside the input's [qmin, qmax] (see `input_domain`).
-
-    None when the question does not apply (not one dequantized input, not
-    elementwise, or an output that is not a quantize of the same dtype).
-    """
-    dq = runtime_input(view, island)
-    if dq is None or not_per_integer(view, island):
-        return None
-    qp_in = view.qparams(dq)
-    if qp_in is None or any(view.kind(o) != Kind.QUANTIZE for o in island.outputs):
-        return None
-    values, mask = input_domain(qp_in)
-    outputs = evaluate(view, island, dq, values)
-    return all(out.dtype == values.dtype and torch.equal(out[mask], values[mask]) for out in outputs.values())
-
-
-def requantize_identity(view: GraphView, dq: Node, q: Node) -> bool | None:
-    qp_in, qp_out = view.qparams(dq), view.qparams(q)
-    if qp_in is None or qp_out is None or qp_in.dtype != qp_out.dtype:
-        return None
-    values, mask = input_domain(qp_in)
-    out = run_node(q, run_node(dq, values, *dq.args[1:]), *q.args[1:])
-    return bool(torch.equal(out[mask], values[mask]))

@@ -5,9 +5,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from qlint._compat import StrEnum
 from qlint.inputs import printable
 
-SEVERITIES = ("error", "warning", "info", "off")
+
+class Severity(StrEnum):
+    """How much a finding matters; `off` deselects its rule."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+    OFF = "off"
 
 
 @dataclass(frozen=True)
@@ -26,7 +34,7 @@ class Location:
 @dataclass
 class Finding:
     code: str
-    severity: str
+    severity: Severity
     message: str
     artifact: str
     node: str = ""
@@ -67,19 +75,49 @@ class InputError:
         return printable(f"{self.artifact}: {self.message}")
 
 
+@dataclass(frozen=True)
+class AppliedFold:
+    """One fold `--fix` applied (or, with `--diff`, would apply)."""
+
+    code: str
+    node: str
+    kind: str      # identity | table | rescale
+    change: str    # what was rewritten, in words
+
+
+@dataclass(frozen=True)
+class LeftIsland:
+    """An island or requantize pair `--fix` leaves, and why."""
+
+    code: str
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LivePeak:
+    """The most bytes a program's memory plan holds at one step: a floor under any plan."""
+
+    bytes: int                  # live at the peak step
+    fp32_bytes: int             # of which fp32 tensors
+    input_bytes: int            # of which graph inputs
+    node: str                   # the operator that runs at that step
+    location: str | None = None  # the model source line that created it
+
+
 @dataclass
 class FixSummary:
     """What `--fix` did to one artifact (or, with `--diff`, would do)."""
 
     artifact: str
-    folds: list[dict[str, Any]] = field(default_factory=list)    # code, node, kind, change
-    left: list[dict[str, Any]] = field(default_factory=list)     # code, node, reason
+    folds: list[AppliedFold] = field(default_factory=list)
+    left: list[LeftIsland] = field(default_factory=list)
     islands_found: int = 0
-    fp32_ops: tuple[int, int] = (0, 0)              # before, after
+    fp32_ops: tuple[int, int] = (0, 0)              # float compute ops before, after
     fp32_elements: tuple[int, int] = (0, 0)
     activation_bytes: tuple[int, int] = (0, 0)      # planned (non_const_buffer_sizes)
     live_peak_bytes: tuple[int, int] = (0, 0)       # the floor under any plan of the program
-    live_peak: dict[str, Any] | None = None         # after: bytes, fp32/input bytes, node, location
+    live_peak: LivePeak | None = None               # after the fix
     pte_bytes: int = 0
     lowering_repair: bool = False
     verified_inputs: int = 0

@@ -17,11 +17,12 @@ import torch
 from torch.fx import Node
 
 from qlint.config import Config
-from qlint.findings import ArtifactStats, Finding, FixSummary
-from qlint.folds import Fold
+from qlint.findings import AppliedFold, ArtifactStats, Finding, FixSummary, LeftIsland, LivePeak
+from qlint.folds import Fold, FoldKind
 from qlint.graph_view import GraphView, Kind, constant_inputs, input_node, output_dtype
 from qlint.islands import requantize_pairs
-from qlint.memory import LivePeak, live_peak
+from qlint.memory import live_peak
+from qlint.options import RunOptions
 
 
 class FixError(Exception):
@@ -78,10 +79,10 @@ def apply(program: Any, fold: Fold) -> None:
     graph = program.graph_module.graph
     producer = input_node(fold.dq)
     for out in fold.outputs:
-        if fold.kind == "identity":
+        if fold.kind == FoldKind.IDENTITY:
             with graph.inserting_before(out):
                 replacement = _replay_reshapes(graph, producer, fold.reshapes)
-        elif fold.kind == "table":
+        elif fold.kind == FoldKind.TABLE:
             lut = _lut_node(program, f"{out.name}_qlint_lut", fold.luts[out])
             with graph.inserting_before(out):
                 source = _replay_reshapes(graph, producer, fold.reshapes)
@@ -133,7 +134,8 @@ def verification_inputs(
     return batches
 
 
-def compare(before: list[list[torch.Tensor]], after: list[list[torch.Tensor]]) -> None:
+def require_same_outputs(before: list[list[torch.Tensor]], after: list[list[torch.Tensor]]) -> None:
+    """Raise VerificationError unless every output matches bit for bit."""
     for batch, (b_outs, a_outs) in enumerate(zip(before, after, strict=True)):
         if len(b_outs) != len(a_outs):
             raise VerificationError(f"input {batch}: {len(b_outs)} outputs before, {len(a_outs)} after")
@@ -171,7 +173,7 @@ def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
     return Serialized(executorch.buffer, int(sum(plan_.non_const_buffer_sizes)), peak)
 
 
-def fp32_ops(view: GraphView) -> int:
+def float_op_count(view: GraphView) -> int:
     """Float compute ops, counting each dequantize -> quantize round trip as one."""
     return sum(1 for n in view.nodes if view.kind(n) == Kind.FP_COMPUTE) + len(requantize_pairs(view))
 
@@ -190,63 +192,63 @@ def fix_program(
     artifact: str,
     config: Config,
     inputs: Sequence[tuple[Any, ...]],
-    *,
-    order: str = "repaired",
-    dry_run: bool = False,
+    options: RunOptions | None = None,
 ) -> FixResult:
-    """Lower, fold every island that has a proven fold, verify, and serialize.
+    """Lower, fold every island of an enabled rule that has a proven fold, verify, and serialize.
 
-    Raises FixError when the program does not lower or the folded program's
-    outputs differ from the unfolded one's on any verification input.
+    With `options.fix.dry_run` (`--diff`) only the plan is returned. Raises
+    FixError when the program does not lower, and VerificationError when the
+    folded program's outputs differ from the unfolded one's on any input.
     """
-    from qlint.checks import check
-    from qlint.lowering import needs_repair
-    from qlint.program import check_program
+    from qlint.checks import lowering_message, run_rules
+    from qlint.lowering import first_line, needs_repair
+    from qlint.options import LoweringOrder
+    from qlint.program import lint_program
 
-    checked = check_program(program, artifact, config, order=order)
-    if checked.lowered is None:
-        raise FixError(f"cannot fix: {checked.findings[0].message}")
+    options = options or RunOptions()
+    dry_run = options.fix is not None and options.fix.dry_run
+    linted = lint_program(program, artifact, config, options)
+    if linted.failure is not None:
+        raise FixError(f"cannot fix: {lowering_message(linted.failure)}")
     if not inputs and not dry_run:
         raise FixError("cannot verify a fix without inputs: the program carries no sample inputs")
-    lowered = checked.lowered
-    folds, left = checked.analysis.folds, checked.analysis.left
+    lowered, folds = linted.lowered, linted.folds
+    assert lowered is not None
     summary = FixSummary(
         artifact=artifact,
-        folds=[{"code": f.code, "node": f.anchor.name, "kind": f.kind, "change": f.describe()} for f in folds],
-        left=[{"code": item.code, "node": item.anchor.name, "reason": item.reason} for item in left],
-        islands_found=len(checked.analysis.islands),
-        lowering_repair=order == "repaired" and needs_repair(program),
+        folds=[AppliedFold(f.code, f.anchor.name, f.kind, f.describe()) for f in folds],
+        left=[LeftIsland(item.code, item.anchor.name, item.reason) for item in linted.left],
+        islands_found=len(linted.analysis.islands),
+        lowering_repair=options.order == LoweringOrder.REPAIRED and needs_repair(program),
         dry_run=dry_run,
     )
-    ops_before, elements_before = fp32_ops(checked.analysis.view), checked.stats.fp32_elements
+    ops_before, elements_before = float_op_count(linted.analysis.view), linted.stats.fp32_elements
     if dry_run:
         summary.fp32_ops = (ops_before, ops_before)
         summary.fp32_elements = (elements_before, elements_before)
-        return FixResult(summary, checked.findings, checked.stats, None)
+        return FixResult(summary, linted.findings, linted.stats, None)
     before = to_pte(lowered, config.root, "unfixed")
     try:
         reference = run_program(lowered, inputs)
     except Exception as exc:  # the inputs do not fit the program
-        from qlint.lowering import first_line
-
         raise FixError(f"cannot run the lowered program on its inputs: {first_line(exc)}") from None
     for fold in folds:
         apply(lowered, fold)
     lowered.graph_module.graph.lint()
     lowered.graph_module.recompile()
-    compare(reference, run_program(lowered, inputs))
+    require_same_outputs(reference, run_program(lowered, inputs))
     view = GraphView(lowered)
-    findings, stats, _ = check(view, artifact, config)
+    after_fix = run_rules(view, artifact, config, verbose=options.verbose, evaluations=linted.analysis.evaluations)
     after = to_pte(lowered, config.root, "fixed")
-    summary.fp32_ops = (ops_before, fp32_ops(view))
-    summary.fp32_elements = (elements_before, stats.fp32_elements)
+    summary.fp32_ops = (ops_before, float_op_count(view))
+    summary.fp32_elements = (elements_before, after_fix.stats.fp32_elements)
     summary.activation_bytes = (before.arena_bytes, after.arena_bytes)
     if before.peak and after.peak:
         summary.live_peak_bytes = (before.peak.bytes, after.peak.bytes)
-        summary.live_peak = after.peak.to_dict()
+        summary.live_peak = after.peak
     summary.pte_bytes = len(after.pte)
     summary.verified_inputs = len(inputs)
-    return FixResult(summary, findings, stats, after.pte, lowered)
+    return FixResult(summary, after_fix.findings, after_fix.stats, after.pte, lowered)
 
 
 def output_path(folder: Path, name: str, output_dir: Path | None) -> Path:

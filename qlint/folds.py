@@ -10,7 +10,8 @@ Three folds, each proven on every value of the input dtype before it is offered:
   (S*c for div, S/c for mul) when that gives the same integers for all 65536
   inputs; a resulting identity is then deleted.
 
-Planning only reads the graph; `qlint.fix` applies the plans.
+Planning reads a `Region` and its one exhaustive evaluation; `qlint.fix`
+applies the plans.
 """
 
 from __future__ import annotations
@@ -18,25 +19,27 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 from torch.fx import Node
 
-from qlint.config import Config
-from qlint.evaluate import evaluate, input_domain, not_per_integer, runtime_input
-from qlint.graph_view import GraphView, Kind, input_node, op_name, output_dtype, run_node
+from qlint._compat import StrEnum
+from qlint.analysis import Exhaustive, Region
+from qlint.graph_view import GraphView, Kind, QParams, input_node, op_name, output_dtype, run_node
 from qlint.islands import Island
-
-if TYPE_CHECKING:
-    from qlint.analysis import Analysis, ScaleIsland
 
 FLOAT32_TINY = 1.1754943508222875e-38  # smallest normal float32
 
 
+class FoldKind(StrEnum):
+    IDENTITY = "identity"   # the region is deleted
+    TABLE = "table"         # the region becomes one int8 lookup table
+    RESCALE = "rescale"     # the region's constant goes into the output quantize scale
+
+
 @dataclass
 class Fold:
-    kind: str                 # identity | table | rescale
+    kind: FoldKind
     code: str                 # the rule whose finding this fold resolves
     anchor: Node              # the node findings point at
     dq: Node                  # the island's dequantized input
@@ -49,9 +52,9 @@ class Fold:
     def describe(self) -> str:
         ops = ", ".join(op_name(n) for n in [self.dq, *self.removed, *self.outputs])
         replay = "".join(f"{op_name(n)} on integers, " for n in self.reshapes)
-        if self.kind == "identity":
+        if self.kind == FoldKind.IDENTITY:
             return f"identity: replace {ops} with {replay.removesuffix(', ')}" if replay else f"identity: remove {ops}"
-        if self.kind == "table":
+        if self.kind == FoldKind.TABLE:
             return f"table: replace {ops} with {replay}cortex_m.quantized_activation (256-entry int8 table)"
         return (
             f"rescale: remove {', '.join(op_name(n) for n in self.removed)}; output quantize scale -> {self.scale:.9g}"
@@ -107,28 +110,17 @@ def _reshapes(dq: Node, island: Island, outputs: list[Node]) -> list[Node] | str
     return [n for n in chain if output_dtype(n) == output_dtype(input_node(n))]
 
 
-def plan_int_fold(
-    view: GraphView, code: str, anchor: Node, dq: Node, island: Island, outputs: list[Node]
-) -> Fold | str:
+def _int_fold(region: Region, dq: Node, qp_in: QParams, exhaustive: Exhaustive, outputs: list[Node]) -> Fold | str:
     """Identity or table for an elementwise region from `dq` to its quantize `outputs`."""
-    qp_in = view.qparams(dq)
-    qps = [qp for qp in (view.qparams(o) for o in outputs) if qp is not None]
-    if qp_in is None or len(qps) != len(outputs):
-        return "qparams are not per-tensor literals"
-    reshapes = _reshapes(dq, island, outputs)
+    reshapes = _reshapes(dq, region.island, outputs)
     if isinstance(reshapes, str):
         return reshapes
-    values, mask = input_domain(qp_in)
-    reference = evaluate(view, island, dq, values)
-    nodes = island.nodes
-    if all(
-        torch.equal(reference[o][mask], values[mask]) and qp.dtype == qp_in.dtype
-        for o, qp in zip(outputs, qps, strict=True)
-    ):
-        return Fold("identity", code, anchor, dq, outputs, nodes, reshapes=reshapes)
-    if qp_in.dtype == torch.int8 and all(qp.dtype == torch.int8 for qp in qps):
-        luts = {o: reference[o].to(torch.int8) for o in outputs}
-        return Fold("table", code, anchor, dq, outputs, nodes, luts=luts, reshapes=reshapes)
+    removed = region.island.nodes
+    if all(exhaustive.reproduces_input(o) for o in outputs):
+        return Fold(FoldKind.IDENTITY, region.code, region.anchor, dq, outputs, removed, reshapes=reshapes)
+    if qp_in.dtype == torch.int8 and all(exhaustive.outputs[o].dtype == torch.int8 for o in outputs):
+        luts = {o: exhaustive.outputs[o].to(torch.int8) for o in outputs}
+        return Fold(FoldKind.TABLE, region.code, region.anchor, dq, outputs, removed, luts=luts, reshapes=reshapes)
     return f"{qp_in.dtype_name} islands can only fold a constant scale into the output quantize"
 
 
@@ -145,8 +137,11 @@ def _scale_candidates(scale: float, steps: int = 16) -> list[float]:
     return candidates
 
 
-def plan_rescale(view: GraphView, scale_island: ScaleIsland, outputs: list[Node]) -> Fold | str:
+def _rescale(region: Region, qp_in: QParams, exhaustive: Exhaustive, outputs: list[Node]) -> Fold | str:
     """int16: fold the island's constant factor into the output quantize scale, if exact."""
+    scale_island = region.scale
+    if scale_island is None:
+        return f"{qp_in.dtype_name} islands fold only as a constant scale"
     factor = scale_island.factor
     if not (math.isfinite(factor) and factor > 0):
         return f"the constant factor {factor:g} is not positive and finite; a scale cannot absorb it"
@@ -157,13 +152,13 @@ def plan_rescale(view: GraphView, scale_island: ScaleIsland, outputs: list[Node]
     reshapes = _reshapes(dq, island, outputs)
     if isinstance(reshapes, str):
         return reshapes
-    qp_in, qp_out = scale_island.qp_in, scale_island.qp_out  # what view.qparams gave classify()
-    values, mask = input_domain(qp_in)
-    reference = evaluate(view, island, dq, values)[out][mask]
-    if torch.equal(reference, values[mask]) and qp_out.dtype == qp_in.dtype:
-        return Fold("identity", "QL001", island.anchor, dq, outputs, island.nodes, reshapes=reshapes)
+    if exhaustive.reproduces_input(out):
+        return Fold(FoldKind.IDENTITY, region.code, region.anchor, dq, outputs, island.nodes, reshapes=reshapes)
     if reshapes:
         return "the island reshapes its input; a rescaled quantize would see the other shape"
+    qp_out = scale_island.qp_out  # what view.qparams gave classify()
+    values, mask = exhaustive.values, exhaustive.mask
+    reference = exhaustive.outputs[out][mask]
     dequantized = run_node(dq, values, *dq.args[1:])
     found, best = None, None
     for new_scale in _scale_candidates(qp_out.scale / factor):
@@ -180,71 +175,28 @@ def plan_rescale(view: GraphView, scale_island: ScaleIsland, outputs: list[Node]
             f"folding into the output scale changes at least {best} of {int(mask.sum())} "
             f"{qp_in.dtype_name} values for every candidate scale"
         )
-    return Fold("rescale", "QL001", island.anchor, dq, outputs, island.nodes, scale=found)
+    return Fold(FoldKind.RESCALE, region.code, region.anchor, dq, outputs, island.nodes, scale=found)
 
 
-def plan_island(
-    view: GraphView, island: Island, scale_island: ScaleIsland | None, reason: str | None, config: Config,
-    blocked: list[str],
-) -> Fold | str:
-    """How to fold one island, or why it is left."""
-    code = "QL001" if scale_island is not None else "QL002"
-    if blocked:
-        return f"blocked by {'; '.join(blocked)}"
-    dq = runtime_input(view, island)
-    if dq is None:
-        return reason or "more than one runtime input"
-    why = not_per_integer(view, island)
-    if why:
-        return reason or why
-    outputs = _q_outputs(view, island.outputs)
-    if outputs is None:
+def plan_region(region: Region) -> Fold | Left:
+    """How to fold one island or requantize pair, or why it is left."""
+    result = _plan(region)
+    return Left(region.code, region.anchor, result) if isinstance(result, str) else result
+
+
+def _plan(region: Region) -> Fold | str:
+    if region.blocked:
+        return f"blocked by {'; '.join(region.blocked)}"
+    if region.dq is None:
+        return region.reason or "more than one runtime input"
+    if region.not_elementwise:
+        return region.reason or region.not_elementwise
+    outputs = _q_outputs(region.view, region.island.outputs)
+    qp_in = region.qp_in
+    if outputs is None or qp_in is None:
         return "an output does not go to a per-tensor quantize"
-    qp_in = view.qparams(dq)
-    if qp_in is None or qp_in.dtype_name not in config.fold.dtypes:
-        return f"fold.dtypes: {qp_in.dtype_name if qp_in else 'unknown'} not in [{', '.join(config.fold.dtypes)}]"
-    if code == "QL002":
-        kinds = {c.kind for n in island.compute for a in n.args if (c := view.constant(a)) is not None}
-        disallowed = sorted(kinds - set(config.fold.constant_kinds))
-        if disallowed:
-            return f"fold.constant_kinds: {', '.join(disallowed)} not in [{', '.join(config.fold.constant_kinds)}]"
+    exhaustive = region.exhaustive()
+    assert exhaustive is not None  # one dequantized input, elementwise, quantize outputs
     if qp_in.dtype == torch.int8:
-        return plan_int_fold(view, code, island.anchor, dq, island, outputs)
-    if scale_island is None:
-        return f"{qp_in.dtype_name} islands fold only as a constant scale"
-    return plan_rescale(view, scale_island, outputs)
-
-
-def plan_pair(view: GraphView, dq: Node, q: Node, config: Config) -> Fold | str:
-    qp_in = view.qparams(dq)
-    if qp_in is None or view.qparams(q) is None:
-        return "qparams are not per-tensor literals"
-    if qp_in.dtype_name not in config.fold.dtypes:
-        return f"fold.dtypes: {qp_in.dtype_name} not in [{', '.join(config.fold.dtypes)}]"
-    return plan_int_fold(view, "QL004", q, dq, Island([], [], [dq], [q]), [q])
-
-
-def plan(analysis: Analysis, config: Config) -> tuple[list[Fold], list[Left]]:
-    """A fold for every island and requantize pair that has one; the reason for the rest."""
-    from qlint.analysis import blocked_guards
-    from qlint.islands import requantize_pairs
-
-    view = analysis.view
-    folds: list[Fold] = []
-    left: list[Left] = []
-    for index, island in enumerate(analysis.islands):
-        scale = analysis.scale_islands.get(index)
-        blocked = blocked_guards(scale, config) if scale is not None else []
-        result = plan_island(view, island, scale, analysis.reasons.get(index), config, blocked)
-        code = "QL001" if scale is not None else "QL002"
-        if isinstance(result, Fold):
-            folds.append(result)
-        else:
-            left.append(Left(code, island.anchor, result))
-    for dq, q in requantize_pairs(view):
-        result = plan_pair(view, dq, q, config)
-        if isinstance(result, Fold):
-            folds.append(result)
-        else:
-            left.append(Left("QL004", q, result))
-    return folds, left
+        return _int_fold(region, region.dq, qp_in, exhaustive, outputs)
+    return _rescale(region, qp_in, exhaustive, outputs)

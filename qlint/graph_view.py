@@ -21,6 +21,8 @@ from typing import Any, cast
 import torch
 from torch.fx import Node
 
+from qlint.config import ConstantKind
+
 # Matched on `namespace.name`, whatever the overload (`.default`, `.out`, `.tensor`).
 QUANTIZE_OPS = {
     "quantized_decomposed.quantize_per_tensor",
@@ -78,19 +80,27 @@ class Constant:
     """A constant operand: where it lives, its FQN and its value."""
 
     name: str
-    kind: str  # parameter | buffer | constant | literal
+    kind: ConstantKind
     value: torch.Tensor
 
     @property
     def numel(self) -> int:
         return self.value.numel()
 
+    def uniform(self) -> torch.Tensor | None:
+        """The one value every position sees, or None if it varies (NaN != NaN).
+
+        Sizes become 1 but the rank and dtype stay, so type promotion is the graph's.
+        """
+        flat = self.value.detach().flatten()
+        if flat.numel() == 0 or (flat.numel() > 1 and not bool(torch.all(flat == flat[0]))):
+            return None
+        return flat[0].reshape([1] * self.value.dim())
+
     def scalar(self) -> float | None:
         """The single value, when every element is the same finite number."""
-        flat = self.value.detach().flatten().double()
-        if flat.numel() == 0 or not bool(torch.all(flat == flat[0])):
-            return None
-        value = float(flat[0])
+        uniform = self.uniform()
+        value = float(uniform.double().flatten()[0]) if uniform is not None else math.nan
         return value if math.isfinite(value) else None
 
     def __str__(self) -> str:
@@ -168,13 +178,13 @@ def numel(node: Node) -> int:
     return 0
 
 
-def constant_inputs(signature: Any) -> dict[str, tuple[str, str]]:
+def constant_inputs(signature: Any) -> dict[str, tuple[ConstantKind, str]]:
     """Placeholder name -> (parameter | buffer | constant, FQN) for a graph signature."""
-    table: dict[str, tuple[str, str]] = {}
+    table: dict[str, tuple[ConstantKind, str]] = {}
     for kind, mapping in (
-        ("parameter", signature.inputs_to_parameters),
-        ("buffer", signature.inputs_to_buffers),
-        ("constant", signature.inputs_to_lifted_tensor_constants),
+        (ConstantKind.PARAMETER, signature.inputs_to_parameters),
+        (ConstantKind.BUFFER, signature.inputs_to_buffers),
+        (ConstantKind.CONSTANT, signature.inputs_to_lifted_tensor_constants),
     ):
         table.update({name: (kind, fqn) for name, fqn in mapping.items()})
     return table
@@ -196,7 +206,7 @@ class GraphView:
         return self._kinds[node]
 
     @cached_property
-    def _constant_fqns(self) -> dict[str, tuple[str, str]]:
+    def _constant_fqns(self) -> dict[str, tuple[ConstantKind, str]]:
         return constant_inputs(self.program.graph_signature)
 
     @cached_property
@@ -261,15 +271,15 @@ class GraphView:
     def constant(self, arg: Any) -> Constant | None:
         """The constant behind an operand: a lifted tensor, a get_attr or a literal."""
         if isinstance(arg, (int, float)) and not isinstance(arg, bool):
-            return Constant(repr(arg), "literal", torch.tensor(float(arg)))
+            return Constant(repr(arg), ConstantKind.LITERAL, torch.tensor(float(arg)))
         if not isinstance(arg, Node) or self.kind(arg) != Kind.CONSTANT:
             return None
         if arg.op == "get_attr":
             value = getattr(self.program.graph_module, str(arg.target), None)
-            kind, fqn = "constant", str(arg.target)
+            kind, fqn = ConstantKind.CONSTANT, str(arg.target)
         else:
             kind, fqn = self._constant_fqns[arg.name]
-            value = self.program.state_dict.get(fqn) if kind != "constant" else None
+            value = self.program.state_dict.get(fqn) if kind != ConstantKind.CONSTANT else None
             if value is None:
                 value = self.program.constants.get(fqn)
         if not isinstance(value, torch.Tensor):

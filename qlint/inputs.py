@@ -70,3 +70,18 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def shown_path(path: Path, root: Path, *, resolve: bool = False) -> str | None:
+    """`path` relative to `root` in posix form, or None when it lies outside.
+
+    Artifacts are shown from the working directory, as given (`resolve=False`);
+    source locations from the repository root, symlinks resolved, because CI
+    annotations need repository paths.
+    """
+    try:
+        if resolve:
+            return path.resolve().relative_to(root.resolve()).as_posix()
+        return path.absolute().relative_to(root.absolute()).as_posix()
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop
+        return None

@@ -93,11 +93,11 @@ def requantize_pairs(view: GraphView) -> list[tuple[Node, Node]]:
 @dataclass
 class Coverage:
     int_ops: int
-    fp32_ops: Counter
+    fp32_op_counts: Counter[str]   # base op name -> how many run in fp32
 
     @property
     def total(self) -> int:
-        return self.int_ops + sum(self.fp32_ops.values())
+        return self.int_ops + sum(self.fp32_op_counts.values())
 
     @property
     def ratio(self) -> float:

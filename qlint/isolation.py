@@ -37,15 +37,24 @@ def _get_context() -> Any:
     return _context
 
 
-def run_isolated(function: Callable[..., Report], args: tuple[Any, ...], *, kwargs: dict[str, Any] | None = None,
-                 name: str, limits: Limits, verbose: bool = False) -> Report:
-    """`function(*args, **kwargs)` in a child process; a Report of one error if it does not return one
+def warm_up() -> None:
+    """Start the forkserver now: it imports torch and ExecuTorch (seconds) while the
+    caller does other work, instead of when the first child is needed."""
+    import multiprocessing.forkserver
+
+    _get_context()
+    multiprocessing.forkserver.ensure_running()
+
+
+def run_isolated(function: Callable[..., Report], args: tuple[Any, ...], *, name: str, limits: Limits,
+                 verbose: bool = False) -> Report:
+    """`function(*args)` in a child process; a Report of one error if it does not return one
     within `limits.timeout_s`, or runs out of its `limits.memory_mb` budget."""
     context = _get_context()
     receiver, sender = context.Pipe(duplex=False)
     budget = int(limits.memory_mb * (1 << 20))
     child = context.Process(
-        target=_child, args=(sender, name, function, args, kwargs or {}, dict(os.environ), verbose, budget), daemon=True
+        target=_child, args=(sender, name, function, args, dict(os.environ), verbose, budget), daemon=True
     )
     timeout = limits.timeout_s
     child.start()
@@ -88,7 +97,6 @@ def _child(
     name: str,
     function: Callable[..., Report],
     args: tuple[Any, ...],
-    kwargs: dict[str, Any],
     environ: dict[str, str],
     verbose: bool,
     budget: int,
@@ -108,7 +116,7 @@ def _child(
         os.dup2(target, 2)
     os.close(target)
     try:
-        result = function(*args, **kwargs)
+        result = function(*args)
     except SystemExit as exc:
         result = _error(name, f"called sys.exit({exc.code!r}) instead of returning")
     except MemoryError:

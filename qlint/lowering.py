@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from qlint import backend
+from qlint.options import LoweringOrder
 
 CPU_NAMES = {
     "cortex-m0": "M0", "cortex-m0plus": "M0PLUS", "cortex-m3": "M3", "cortex-m4": "M4",
@@ -51,7 +52,7 @@ def _node_in(exc: BaseException) -> str | None:
     return None
 
 
-def pass_list(order: str = "repaired") -> list[type]:
+def pass_list(order: LoweringOrder = LoweringOrder.REPAIRED) -> list[type]:
     from executorch.backends.arm._passes import FoldAndAnnotateQParamsPass
     from executorch.backends.cortex_m.passes import (
         ActivationFusionPass,
@@ -66,7 +67,7 @@ def pass_list(order: str = "repaired") -> list[type]:
         ReplaceScalarWithTensorArgPass,
     )
 
-    if order == "stock":
+    if order == LoweringOrder.STOCK:
         return list(CortexMPassManager.legacy_pass_list)
     return [
         RemoveGetItemPass,
@@ -96,7 +97,7 @@ def to_edge(ep: Any) -> Any:
     return exir_to_edge(ep, compile_config=cortex_m_edge_compile_config())
 
 
-def run_passes(edge_program: Any, cpu: str = "cortex-m55", order: str = "repaired") -> Any:
+def run_passes(edge_program: Any, cpu: str = "cortex-m55", order: LoweringOrder = LoweringOrder.REPAIRED) -> Any:
     """Apply the pass list to an edge-dialect ExportedProgram, one pass at a time."""
     from executorch.exir.program._program import _transform, lift_constant_tensor_pass
 

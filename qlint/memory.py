@@ -10,28 +10,17 @@ whether something else (fp32 graph inputs, a LayerNorm) sets it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.fx import GraphModule, Node
 
+from qlint.findings import LivePeak
 from qlint.source import locate
 
 _ARENA = 1  # mem_id of the planned activation arena; 0 is reserved
-
-
-@dataclass(frozen=True)
-class LivePeak:
-    bytes: int                  # live at the peak step: the floor for any plan
-    fp32_bytes: int             # of which fp32 tensors
-    input_bytes: int            # of which graph inputs
-    node: str                   # the operator that runs at that step
-    location: str | None = None  # the model source line that created it
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -175,9 +175,9 @@ def _unknown(name: str) -> Any:
     return kernel
 
 
-def check_pte(data: bytes, artifact: str, config: Config) -> tuple[list[Finding], ArtifactStats]:
-    from qlint.checks import check
+def lint_pte(data: bytes, artifact: str, config: Config) -> tuple[list[Finding], ArtifactStats]:
+    """Run the rules on the program a `.pte` ships (already lowered: nothing to lower)."""
+    from qlint.checks import run_rules
 
-    view = program_view(load_pte(data))
-    findings, stats, _ = check(view, artifact, config)
-    return findings, stats
+    linted = run_rules(program_view(load_pte(data)), artifact, config)
+    return linted.findings, linted.stats

@@ -11,7 +11,7 @@ from tabulate import tabulate
 
 from qlint import __version__
 from qlint.catalog import load_catalog
-from qlint.findings import Finding, FixSummary, Report
+from qlint.findings import Finding, FixSummary, Report, Severity
 from qlint.inputs import printable
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -54,22 +54,22 @@ def fix_lines(fix: FixSummary) -> list[str]:
         head += f" -> {fix.output} ({fix.pte_bytes} bytes, verified bit-exact on {fix.verified_inputs} inputs)"
     lines = [head]
     lines.append(f"  islands: {fix.islands_found} found, "
-                 f"{sum(1 for f in fix.folds if f['code'] != 'QL004')} {verb}, "
-                 f"{sum(1 for f in fix.left if f['code'] != 'QL004')} left")
+                 f"{sum(1 for f in fix.folds if f.code != 'QL004')} {verb}, "
+                 f"{sum(1 for f in fix.left if f.code != 'QL004')} left")
     for fold in fix.folds:
-        lines.append(f"  {verb} {fold['code']} at {fold['node']}: {fold['change']}")
+        lines.append(f"  {verb} {fold.code} at {fold.node}: {fold.change}")
     for item in fix.left:
-        lines.append(f"  left {item['code']} at {item['node']}: {item['reason']}")
+        lines.append(f"  left {item.code} at {item.node}: {item.reason}")
     if not fix.dry_run:
         (ops0, ops1), (el0, el1), (mem0, mem1) = fix.fp32_ops, fix.fp32_elements, fix.activation_bytes
         lines.append(f"  fp32 ops {ops0} -> {ops1}; fp32 elements per inference {el0} -> {el1}; "
                      f"planned activation memory {mem0} -> {mem1} bytes")
         if fix.live_peak:
             peak = fix.live_peak
-            where = f" ({peak['location']})" if peak["location"] else ""
+            where = f" ({peak.location})" if peak.location else ""
             lines.append(f"  live peak {fix.live_peak_bytes[0]} -> {fix.live_peak_bytes[1]} bytes, "
-                         f"at {peak['node']}{where}: {peak['fp32_bytes']} fp32, "
-                         f"{peak['input_bytes']} of them graph inputs")
+                         f"at {peak.node}{where}: {peak.fp32_bytes} fp32, "
+                         f"{peak.input_bytes} of them graph inputs")
     lines.append(
         f"  lowering repair: {'needed (linear feeding a batch matmul)' if fix.lowering_repair else 'not needed'}"
     )
@@ -102,7 +102,7 @@ def totals(report: Report) -> str:
         else:
             text = "All checks passed." if report.checked or report.stats else "No artifacts checked."
     else:
-        parts = ", ".join(f"{by_severity[s]} {s}" for s in ("error", "warning", "info") if by_severity[s])
+        parts = ", ".join(f"{by_severity[s]} {s}" for s in list(Severity)[:-1] if by_severity[s])
         text = f"Found {len(report.findings)} finding{'s' if len(report.findings) != 1 else ''} ({parts})."
         if fixable:
             text += f"\n[*] {fixable} fixable with `qlint check --fix`."

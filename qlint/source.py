@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from qlint.findings import Location
-from qlint.inputs import printable
+from qlint.inputs import printable, shown_path
 
 # A stack trace comes from the artifact: a line number is at most 9 digits, a path at most 4096 characters.
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]{1,4096})", line (?P<line>\d{1,9}), in (?P<func>.*)$')
@@ -59,10 +59,9 @@ def display_path(path: str, root: Path) -> str:
     p = Path(path)
     if not p.is_absolute():
         return p.as_posix()  # already relative to the repo (bundled examples)
-    try:
-        return p.resolve().relative_to(root.resolve()).as_posix()
-    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop
-        pass
+    inside = shown_path(p, root, resolve=True)
+    if inside is not None:
+        return inside
     for entry in sorted((Path(e) for e in sys.path if e), key=lambda e: len(str(e)), reverse=True):
         if "site-packages" in entry.parts and p.is_relative_to(entry):
             return p.relative_to(entry).as_posix()

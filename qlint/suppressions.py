@@ -14,6 +14,7 @@ from pathlib import Path
 from qlint.config import Config
 from qlint.findings import Finding, Location, Report
 from qlint.inputs import ReadError, printable, read_input
+from qlint.registry import Scope, rule
 
 BASELINE_MAX_BYTES = 16 << 20
 IGNORE = re.compile(r"#\s*qlint:\s*ignore(?:\[(?P<codes>[^\]]*)\])?")
@@ -68,16 +69,25 @@ def apply_suppressions(report: Report, config: Config) -> None:
                 used.add((location.file, location.line))
                 continue
         kept.append(finding)
+    if config.enabled("QL006"):
+        kept.extend(unused_suppressions(config, sources, files, used))
     report.findings = kept
-    if config.severity("QL006") == "off":
-        return
-    for file, shown in sorted(files.items()):
-        for number, text in enumerate(sources.get(file), 1):
-            if IGNORE.search(text) and (file, number) not in used:
-                kept.append(Finding(
-                    "QL006", config.severity("QL006"), "unused suppression: no finding on this line matched it",
-                    artifact=shown, location=Location(shown, number, printable(text.strip()), file),
-                ))
+
+
+@rule("QL006", Scope.REPORT)
+def unused_suppressions(
+    config: Config, sources: _Sources, files: dict[str, str], used: set[tuple[str, int]]
+) -> list[Finding]:
+    """Suppression comments in the files findings pointed at that silenced nothing."""
+    return [
+        Finding(
+            "QL006", config.severity("QL006"), "unused suppression: no finding on this line matched it",
+            artifact=shown, location=Location(shown, number, printable(text.strip()), file),
+        )
+        for file, shown in sorted(files.items())
+        for number, text in enumerate(sources.get(file), 1)
+        if IGNORE.search(text) and (file, number) not in used
+    ]
 
 
 def baseline_key(finding: Finding) -> str:

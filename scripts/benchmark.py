@@ -36,7 +36,8 @@ from qlint.lowering import pass_list, target_config
 
 ep = torch.export.load(sys.argv[1])
 edge = to_edge(ep, compile_config=cortex_m_edge_compile_config())
-lowered = CortexMPassManager(edge.exported_program(), passes=pass_list(), target_config=target_config("cortex-m55")).transform()
+manager = CortexMPassManager(edge.exported_program(), passes=pass_list(), target_config=target_config("cortex-m55"))
+lowered = manager.transform()
 if len(sys.argv) > 2:
     from executorch.exir import EdgeProgramManager
 
@@ -79,7 +80,9 @@ def main() -> None:
             "bare flow": [sys.executable, "-c", BARE_FLOW, str(pt2)],
             "qlint check": [sys.executable, "-m", "qlint", "check", "--no-cache", "--quiet", str(pt2)],
             "bare flow + .pte": [sys.executable, "-c", BARE_FLOW, str(pt2), str(out / "bare.pte")],
-            "qlint --fix": [sys.executable, "-m", "qlint", "check", "--fix", "--quiet", "--output-dir", str(out), str(pt2)],
+            "qlint --fix": [
+                sys.executable, "-m", "qlint", "check", "--fix", "--quiet", "--output-dir", str(out), str(pt2)
+            ],
         }
         times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.repeat):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,14 @@ sys.path.insert(0, str(ROOT))
 from qlint import backend  # noqa: E402
 
 backend.load()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def forkserver() -> None:
+    """Child processes fork from a server that imports torch first: start it while other tests run."""
+    from qlint.isolation import warm_up
+
+    warm_up()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -47,6 +56,26 @@ def quantized() -> Callable[..., Any]:
 
                 config = INT16_PER_TENSOR_CONFIG
             cache[(name, int16)] = quantize(model, example, calibration, config)
+        return cache[(name, int16)]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def linted(quantized: Callable[..., Any]) -> Callable[..., Any]:
+    """`linted("make_pool")` -> the model linted with the default config, lowered once per session.
+
+    Lowering is most of a test's time; the result is only read (findings, the
+    unfixed program to compare a fix against), never changed.
+    """
+    from qlint.config import Config
+    from qlint.program import lint_program
+
+    cache: dict[tuple[str, bool], Any] = {}
+
+    def get(name: str, int16: bool = False) -> Any:
+        if (name, int16) not in cache:
+            cache[(name, int16)] = lint_program(quantized(name, int16), name, Config())
         return cache[(name, int16)]
 
     return get

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 MODEL = '''\

@@ -6,12 +6,11 @@ import io
 import json
 import os
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
-
 from conftest import run_cli, run_json
 
 
@@ -129,29 +128,30 @@ def test_pickled_weights_are_refused_before_loading(tmp_path: Path, good: Path, 
     assert message == f"weight {first!r} is a pickled object; qlint loads plain tensors only"
 
 
-@pytest.mark.parametrize(
-    ("factory", "expected"),
-    [
-        ("nosuchmodule:make", "cannot import nosuchmodule: ModuleNotFoundError"),
-        ("badfactory:missing", "badfactory has no function missing"),
-        ("badfactory:explode", "factory badfactory:explode raised ValueError: boom"),
-        ("badfactory:wrong_shape", "must return (module, example_inputs[, calibration_inputs])"),
-    ],
-)
-def test_bad_factories(tmp_path: Path, capsys: pytest.CaptureFixture[str], factory: str, expected: str) -> None:
+BAD_FACTORIES = {
+    "nosuchmodule:make": "cannot import nosuchmodule: ModuleNotFoundError",
+    "badfactory:missing": "badfactory has no function missing",
+    "badfactory:explode": "factory badfactory:explode raised ValueError: boom",
+    "badfactory:wrong_shape": "must return (module, example_inputs[, calibration_inputs])",
+}
+
+
+def test_bad_factories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each bad factory is one error naming its target; the good target of the same run is checked."""
     (tmp_path / "badfactory.py").write_text(
         "def explode():\n    raise ValueError('boom')\n\ndef wrong_shape():\n    return 1\n"
     )
-    (tmp_path / ".qlint.yaml").write_text(
-        f"targets:\n  - name: bad\n    factory: {factory}\n  - name: good\n    factory: goodfactory:make\n"
-    )
+    bad = "".join(f"  - name: bad{i}\n    factory: {factory}\n" for i, factory in enumerate(BAD_FACTORIES))
+    (tmp_path / ".qlint.yaml").write_text(f"targets:\n{bad}  - name: good\n    factory: goodfactory:make\n")
     (tmp_path / "goodfactory.py").write_text(
         "import torch\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x / 3.0\n\n"
         "def make():\n    return M(), (torch.randn(1, 8),)\n"
     )
     code, data = run_json(["check", "--config", str(tmp_path / ".qlint.yaml"), "--targets-only"], capsys)
     assert code == 2
-    [error] = data["errors"]
-    assert error["artifact"] == "target:bad" and expected in error["message"]
+    assert len(data["errors"]) == len(BAD_FACTORIES)
+    for error, expected in zip(data["errors"], BAD_FACTORIES.values(), strict=True):
+        assert error["artifact"].startswith("target:bad") and expected in error["message"]
+    assert [e["artifact"] for e in data["errors"]] == [f"target:bad{i}" for i in range(len(BAD_FACTORIES))]
     assert [s["artifact"] for s in data["artifacts"]] == ["target:good"]
     assert [f["code"] for f in data["findings"]][0] == "QL001"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from conftest import run_cli, run_json
+
 from qlint.config import ConfigError, load_config
 
 
@@ -115,6 +115,7 @@ def test_unknown_selector_on_command_line(attention: Path, capsys: pytest.Captur
     assert code == 2 and "unknown rule code 'QX1'" in err
 
 
+@pytest.mark.slow
 def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """--target-cpu reaches the lowering (the real target config, recorded on its way)."""
     from qlint import lowering

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
-
 from conftest import run_cli, run_json
+
 from qlint.api import fix, lint
-from qlint.analysis import analyse
+from qlint.checks import run_rules
 from qlint.config import Config, FoldGuards
-from qlint.program import check_program
-from qlint.folds import plan
 from qlint.graph_view import GraphView, op_name
+from qlint.program import lint_program
 
 
 def example(name: str) -> tuple[Any, ...]:
@@ -53,33 +53,33 @@ def seeded(template: tuple[Any, ...], n: int = 8) -> list[tuple[Any, ...]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("factory", ["make_attention", "make_attention_mul", "make_multi_head"])
-def test_attention_scale_folds_and_is_bit_exact(quantized: Callable[..., Any], factory: str) -> None:
+def test_attention_scale_folds_and_is_bit_exact(linted: Callable[..., Any], quantized: Callable[..., Any], factory: str) -> None:
     program = quantized(factory)
     result = fix(program, [example(factory)])
-    kinds = {f["code"]: f["kind"] for f in result.summary.folds}
+    kinds = {f.code: f.kind for f in result.summary.folds}
     assert kinds["QL001"] in ("identity", "table") and kinds["QL004"] == "table"
     assert result.summary.left == []
     assert not any(o.startswith(("aten.div", "aten.mul")) for o in ops(result.program))
     assert [f.code for f in result.findings] == []
     assert result.summary.fp32_ops[1] == 0 and result.summary.fp32_elements[1] == 0
     # Independent end-to-end check on inputs the fix never saw.
-    unfixed = check_program(program, factory, Config()).lowered
+    unfixed = linted(factory).lowered
     assert_same_outputs(unfixed, result.program, seeded(example(factory)))
 
 
 @pytest.mark.slow
-def test_scale_feeding_pool_keeps_the_pool_scale(quantized: Callable[..., Any]) -> None:
+def test_scale_feeding_pool_keeps_the_pool_scale(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     program = quantized("make_pool")
-    unfixed = check_program(program, "pool", Config()).lowered
+    unfixed = linted("make_pool").lowered
     pool_args = literal_args(unfixed, "avg_pool")
     assert pool_args  # the pool's baked-in zero point, multiplier and shift
     result = fix(program, [example("make_pool")])
-    assert [f["kind"] for f in result.summary.folds] == ["table"]
+    assert [f.kind for f in result.summary.folds] == ["table"]
     assert literal_args(result.program, "avg_pool") == pool_args
     assert result.summary.activation_bytes == (2048, 1280)
     # Before, the island's fp32 buffers set the live peak; after, the fp32 model input does.
     assert result.summary.live_peak_bytes == (2048, 1280)
-    assert result.summary.live_peak["input_bytes"] == 4 * 4 * 8 * 8
+    assert result.summary.live_peak.input_bytes == 4 * 4 * 8 * 8
     assert_same_outputs(unfixed, result.program, seeded(example("make_pool")))
 
 
@@ -101,11 +101,11 @@ def test_table_fold_maps_all_256_inputs_like_the_island(quantized: Callable[...,
 
 
 @pytest.mark.slow
-def test_constant_first_island_becomes_a_table(quantized: Callable[..., Any]) -> None:
+def test_constant_first_island_becomes_a_table(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     program = quantized("make_constant_first")
     result = fix(program, [example("make_constant_first")])
-    assert [(f["code"], f["kind"]) for f in result.summary.folds] == [("QL002", "table")]
-    unfixed = check_program(program, "cf", Config()).lowered
+    assert [(f.code, f.kind) for f in result.summary.folds] == [("QL002", "table")]
+    unfixed = linted("make_constant_first").lowered
     assert_same_outputs(unfixed, result.program, seeded(example("make_constant_first")))
 
 
@@ -113,47 +113,46 @@ def test_constant_first_island_becomes_a_table(quantized: Callable[..., Any]) ->
 def test_runtime_divisor_and_layer_norm_are_left_with_reasons(quantized: Callable[..., Any]) -> None:
     result = fix(quantized("make_runtime_divisor"), [example("make_runtime_divisor")])
     [left] = result.summary.left
-    assert left["code"] == "QL002" and left["reason"].startswith("runtime (non-constant) operand")
+    assert left.code == "QL002" and left.reason.startswith("runtime (non-constant) operand")
     result = fix(quantized("make_norm"), [example("make_norm")])
     [left] = result.summary.left
-    assert left["reason"] == "data-dependent normalization (aten.native_layer_norm.default)"
+    assert left.reason == "data-dependent normalization (aten.native_layer_norm.default)"
     # The LayerNorm sets the peak: its fp32 input and output (8x16 each) plus mean and rstd (8 each).
     peak = result.summary.live_peak
-    assert peak["node"] == "aten_native_layer_norm_default" and peak["location"] == "examples/models.py:87"
-    assert peak["bytes"] == peak["fp32_bytes"] == 4 * (2 * 8 * 16 + 2 * 8) and peak["input_bytes"] == 0
+    assert peak.node == "aten_native_layer_norm_default" and peak.location == "examples/models.py:87"
+    assert peak.bytes == peak.fp32_bytes == 4 * (2 * 8 * 16 + 2 * 8) and peak.input_bytes == 0
 
 
 def test_int16_guards_leave_the_island_and_say_why(quantized: Callable[..., Any]) -> None:
     program = quantized("make_scale", int16=True)
     result = fix(program, [example("make_scale")])
     [left] = result.summary.left
-    assert left["reason"] == "blocked by fold.dtypes: int16 not in [int8]"
+    assert left.reason == "blocked by fold.dtypes: int16 not in [int8]"
     assert "aten.div.Tensor" in ops(result.program)
     allowed = Config(fold=FoldGuards(dtypes=("int8", "int16")))
     result = fix(program, [example("make_scale")], allowed)
-    assert [f["kind"] for f in result.summary.folds] == ["identity"]
+    assert [f.kind for f in result.summary.folds] == ["identity"]
     assert "aten.div.Tensor" not in ops(result.program)
 
 
 def test_clamp_range_guard() -> None:
     """int16 quantizes use [-32767, 32767]; a fold into an int8 [-128, 127] consumer would be blocked."""
-    from qlint.analysis import ScaleIsland, blocked_guards
+    from qlint.analysis import blocked_guards
     from qlint.graph_view import QParams
 
-    scale = ScaleIsland(None, None, [], QParams(1.0, 0, -32767, 32767, torch.int16), QParams(1.0, 0, -32768, 32767, torch.int16))
-    config = Config(fold=FoldGuards(dtypes=("int16",)))
-    assert blocked_guards(scale, config) == [
+    qp_in, qp_out = QParams(1.0, 0, -32767, 32767, torch.int16), QParams(1.0, 0, -32768, 32767, torch.int16)
+    guards = FoldGuards(dtypes=("int16",))
+    assert blocked_guards(guards, qp_in, (), qp_out) == [
         "fold.require_equal_qrange: int16[-32767, 32767] in, int16[-32768, 32767] out"
     ]
-    assert blocked_guards(scale, Config(fold=FoldGuards(dtypes=("int16",), require_equal_qrange=False))) == []
+    assert blocked_guards(FoldGuards(dtypes=("int16",), require_equal_qrange=False), qp_in, (), qp_out) == []
 
 
 @pytest.mark.slow
 def test_fix_is_idempotent(quantized: Callable[..., Any]) -> None:
     result = fix(quantized("make_multi_head"), [example("make_multi_head")])
-    again = analyse(GraphView(result.program), Config())
-    folds, left = plan(again, Config())
-    assert folds == [] and left == [] and again.islands == []
+    again = run_rules(GraphView(result.program), "mha", Config())
+    assert again.plans == [] and again.analysis.islands == []
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +212,7 @@ def test_sam_fixed_outputs_match_on_8_seeded_inputs(quantized: Callable[..., Any
     template = make_two_way_transformer()[1]
     result = fix(program, [template])
     assert result.summary.verified_inputs == 9
-    unfixed = check_program(program, "sam", Config()).lowered
+    unfixed = lint_program(program, "sam", Config()).lowered
     assert_same_outputs(unfixed, result.program, seeded(template))
 
 
@@ -280,7 +279,7 @@ def test_verification_mismatch_writes_nothing(
     """A fold that is wrong (here: a table shifted by one) must be caught end to end."""
     import qlint.folds as folds
 
-    original = folds.plan_int_fold
+    original = folds._int_fold
 
     def corrupt(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
@@ -288,7 +287,7 @@ def test_verification_mismatch_writes_nothing(
             result.luts = {o: torch.clamp(t.to(torch.int16) + 1, -128, 127).to(torch.int8) for o, t in result.luts.items()}
         return result
 
-    monkeypatch.setattr(folds, "plan_int_fold", corrupt)
+    monkeypatch.setattr(folds, "_int_fold", corrupt)
     source = tmp_path / "attention.pt2"
     source.write_bytes(pt2_dir("make_attention").read_bytes())
     code, _, err = run_cli(["fix", str(source)], capsys)
@@ -298,13 +297,13 @@ def test_verification_mismatch_writes_nothing(
 
 
 @pytest.mark.slow
-def test_chain_with_reshape_folds_to_a_table_after_the_reshape(quantized: Callable[..., Any]) -> None:
+def test_chain_with_reshape_folds_to_a_table_after_the_reshape(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     program = quantized("make_scale_chain")
     result = fix(program, [example("make_scale_chain")])
     [fold] = result.summary.folds
-    assert fold["kind"] == "table" and "aten.view_copy.default on integers" in fold["change"]
+    assert fold.kind == "table" and "aten.view_copy.default on integers" in fold.change
     assert not any(o.startswith(("aten.mul", "aten.div")) for o in ops(result.program))
-    unfixed = check_program(program, "chain", Config())
+    unfixed = linted("make_scale_chain")
     assert_same_outputs(unfixed.lowered, result.program, seeded(example("make_scale_chain")))
 
 
@@ -316,19 +315,20 @@ def test_int16_scale_that_cannot_fold_exactly_is_left_with_the_count(quantized: 
     assert finding.details["identity"] is False and not finding.fixable
     result = fix(program, [example("make_scale_into_concat")], config)
     [left] = result.summary.left
-    assert left["reason"].startswith("folding into the output scale changes at least ")
-    assert left["reason"].endswith("of 65535 int16 values for every candidate scale")
+    assert left.reason.startswith("folding into the output scale changes at least ")
+    assert left.reason.endswith("of 65535 int16 values for every candidate scale")
     assert "aten.div.Tensor" in ops(result.program)
 
 
+@pytest.mark.slow
 def test_int16_power_of_two_scale_folds_into_the_output_quantize(quantized: Callable[..., Any]) -> None:
     """x / 2 into a concat's shared quantizer: not an identity, exact as a rescale."""
     program = quantized("make_half_into_concat", int16=True)
     config = Config(fold=FoldGuards(dtypes=("int8", "int16")))
-    unfixed = check_program(program, "half", config).lowered
+    unfixed = lint_program(program, "half", config).lowered
     result = fix(program, [example("make_half_into_concat")], config)
     [fold] = result.summary.folds
-    assert fold["kind"] == "rescale" and fold["change"].startswith("rescale: remove aten.div.Tensor;")
+    assert fold.kind == "rescale" and fold.change.startswith("rescale: remove aten.div.Tensor;")
     assert "aten.div.Tensor" not in ops(result.program)
     [div] = [n for n in unfixed.graph.nodes if n.op == "call_function" and op_name(n) == "aten.div.Tensor"]
     dq, [q_node] = div.args[0], list(div.users)
@@ -350,28 +350,31 @@ def test_int16_power_of_two_scale_folds_into_the_output_quantize(quantized: Call
     ("make_split_island", "table", "aten.split_with_sizes_copy.default"),
 ])
 @pytest.mark.slow
-def test_shape_ops_inside_an_island_are_replayed_on_the_integers(
+def test_shape_ops_inside_an_island_are_replayed_on_the_integers(linted: Callable[..., Any],
     quantized: Callable[..., Any], factory: str, kind: str, replayed: str
 ) -> None:
     """An identity must still reshape; a square transpose keeps the shape but not the layout."""
     program = quantized(factory)
     result = fix(program, [example(factory)])
     [fold] = result.summary.folds
-    assert fold["kind"] == kind and f"{replayed} on integers" in fold["change"]
+    assert fold.kind == kind and f"{replayed} on integers" in fold.change
     assert not any(o.startswith(("aten.mul", "aten.div")) for o in ops(result.program))
     assert replayed in ops(result.program)
-    unfixed = check_program(program, factory, Config()).lowered
+    unfixed = linted(factory).lowered
     assert_same_outputs(unfixed, result.program, seeded(example(factory)))
 
 
-def test_a_dtype_conversion_inside_an_island_is_evaluated_not_replayed(quantized: Callable[..., Any]) -> None:
+@pytest.mark.slow
+def test_a_dtype_conversion_inside_an_island_is_evaluated_not_replayed(
+    linted: Callable[..., Any], quantized: Callable[..., Any]
+) -> None:
     """`.to(float16)` rounds: the table must include that rounding, and no conversion is replayed on int8."""
     program = quantized("make_half_precision_island")
     result = fix(program, [example("make_half_precision_island")])
     [fold] = result.summary.folds
-    assert fold["kind"] == "table" and "on integers" not in fold["change"]
+    assert fold.kind == "table" and "on integers" not in fold.change
     assert not any("to_dim_order_copy" in o or o.startswith(("aten.mul", "aten.div")) for o in ops(result.program))
-    unfixed = check_program(program, "half", Config()).lowered
+    unfixed = linted("make_half_precision_island").lowered
     # Every int8 input, against the model's own math with the graph's qparams.
     [mul] = [n for n in unfixed.graph.nodes if n.op == "call_function" and op_name(n) == "aten.mul.Tensor"]
     [abs_] = [n for n in unfixed.graph.nodes if n.op == "call_function" and op_name(n) == "aten.abs.default"]
@@ -393,15 +396,18 @@ def test_a_per_channel_constant_is_reported_and_left_not_evaluated(quantized: Ca
     assert "per-channel constant" in finding.message and not finding.fixable
     result = fix(program, [example("make_per_channel_scale")])
     assert result.summary.folds == []
-    assert [item["reason"] for item in result.summary.left] == ["per-channel constant _tensor_constant0 (16 elements)"]
+    assert [item.reason for item in result.summary.left] == ["per-channel constant _tensor_constant0 (16 elements)"]
 
 
-def test_a_uniform_vector_constant_folds_like_a_scalar(quantized: Callable[..., Any]) -> None:
+@pytest.mark.slow
+def test_a_uniform_vector_constant_folds_like_a_scalar(
+    linted: Callable[..., Any], quantized: Callable[..., Any]
+) -> None:
     program = quantized("make_uniform_vector_scale")
     result = fix(program, [example("make_uniform_vector_scale")])
     [fold] = result.summary.folds  # QL002: the island is x / w then abs
-    assert fold["code"] == "QL002" and fold["kind"] == "table"
-    unfixed = check_program(program, "uniform", Config()).lowered
+    assert fold.code == "QL002" and fold.kind == "table"
+    unfixed = linted("make_uniform_vector_scale").lowered
     assert_same_outputs(unfixed, result.program, seeded(example("make_uniform_vector_scale")))
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qlint.archive import ArchiveLimits, check_program_json, read_zip, write_zip
+from qlint.archive import ArchiveLimits, read_zip, validate_program_json, write_zip
 from qlint.config import Config, Target
 from qlint.engine import plan_work
 from qlint.folds import _scale_candidates
@@ -97,18 +97,18 @@ def test_program_json_allows_only_static_aten_programs() -> None:
     def program(target: str, **graph: object) -> dict[str, object]:
         return {"graph_module": {"graph": {"nodes": [{"target": target}], **graph}}, "range_constraints": {}}
 
-    check_program_json(program("torch.ops.aten.div.Tensor"), LIMITS)
-    check_program_json(program("_operator.getitem"), LIMITS)
+    validate_program_json(program("torch.ops.aten.div.Tensor"), LIMITS)
+    validate_program_json(program("_operator.getitem"), LIMITS)
     # One leading underscore is an aten operator (transformers' BERT exports _assert_tensor_metadata).
-    check_program_json(program("torch.ops.aten._assert_tensor_metadata.default"), LIMITS)
-    check_program_json(program("torch.ops.aten._softmax.default"), LIMITS)
+    validate_program_json(program("torch.ops.aten._assert_tensor_metadata.default"), LIMITS)
+    validate_program_json(program("torch.ops.aten._softmax.default"), LIMITS)
     for target in ("torch.ops.mylib.op.default", "torch.load", "torch.ops.aten.__class__.x",
                    "torch.ops.aten.div.__call__", "os.system"):
         with pytest.raises(ReadError, match="outside the operator namespaces"):
-            check_program_json(program(target), LIMITS)
+            validate_program_json(program(target), LIMITS)
     big = {"t": {"dtype": 7, "sizes": [{"as_int": 1 << 20}]}}  # 4 MiB of fp32
     with pytest.raises(ReadError, match="tensors declare over 1048576 bytes"):
-        check_program_json(program("torch.ops.aten.div.Tensor", tensor_values=big), LIMITS)
+        validate_program_json(program("torch.ops.aten.div.Tensor", tensor_values=big), LIMITS)
 
 
 def test_printable_escapes_control_characters() -> None:

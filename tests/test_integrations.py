@@ -7,14 +7,13 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Callable
 
 import jsonschema
 import pytest
 import yaml
-
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs

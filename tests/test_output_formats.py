@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Callable
 
 import jsonschema
 import pytest
-
 from conftest import run_cli, run_json
 
 FINDING_FIELDS = {"code", "severity", "message", "artifact", "node", "location", "fixable", "details"}

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-
 from conftest import run_json
+
 from qlint.config import Config
-from qlint.program import check_program
+from qlint.program import lint_program
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +18,7 @@ def attention_pte(tmp_path_factory: pytest.TempPathFactory, quantized: Callable[
     from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
     from executorch.exir import EdgeProgramManager
 
-    checked = check_program(quantized("make_attention"), "a", Config())
+    checked = lint_program(quantized("make_attention"), "a", Config())  # to_executorch changes it: not the shared one
     manager = EdgeProgramManager({"forward": checked.lowered}, compile_config=cortex_m_edge_compile_config())
     path = tmp_path_factory.mktemp("pte") / "attention.pte"
     path.write_bytes(manager.to_executorch().buffer)

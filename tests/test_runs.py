@@ -7,11 +7,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from conftest import run_cli
 
 pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
@@ -77,6 +76,7 @@ def test_cache_key_covers_qlint_code_and_rules(zoo: Path, tmp_path: Path, monkey
     """Two revisions of qlint share version 0.1.0; a pre-commit rev bump must not reuse results."""
     from qlint import cache
     from qlint.config import Config
+    from qlint.options import RunOptions
 
     root = Path(__file__).resolve().parent.parent
     fingerprint = cache.code_fingerprint.__wrapped__  # uncached: recomputed from the files each call
@@ -91,9 +91,9 @@ def test_cache_key_covers_qlint_code_and_rules(zoo: Path, tmp_path: Path, monkey
         assert fingerprint() == before
 
     artifact = zoo / "attention.pt2"
-    before = cache.Cache(tmp_path, Config(), {}).key(artifact.read_bytes(), "attention.pt2")
+    before = cache.Cache(tmp_path, Config(), RunOptions()).key(artifact.read_bytes(), "attention.pt2")
     monkeypatch.setattr(cache, "code_fingerprint", lambda: "another revision")
-    assert cache.Cache(tmp_path, Config(), {}).key(artifact.read_bytes(), "attention.pt2") != before
+    assert cache.Cache(tmp_path, Config(), RunOptions()).key(artifact.read_bytes(), "attention.pt2") != before
 
 
 def test_jobs_output_equals_serial_output(zoo: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from qlint.config import Config, FoldGuards
-from qlint.program import check_program
+from qlint.options import LoweringOrder, RunOptions
+from qlint.program import lint_program
 
 
 def codes(findings: list[Any]) -> list[str]:
@@ -25,11 +27,14 @@ def only(findings: list[Any], code: str) -> Any:
     [
         ("make_attention", "div", 4.0, "scores = scores / math.sqrt(self.dim)"),
         ("make_attention_mul", "mul", 0.25, "scores = scores * (1.0 / math.sqrt(self.dim))"),
-        ("make_multi_head", "div", 8 ** 0.5, "attn = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
+        pytest.param(
+            "make_multi_head", "div", 8 ** 0.5, "attn = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
-def test_attention_scale_is_ql001(quantized: Callable[..., Any], factory: str, op: str, value: float, line_text: str) -> None:
-    checked = check_program(quantized(factory), factory, Config())
+def test_attention_scale_is_ql001(linted: Callable[..., Any], quantized: Callable[..., Any], factory: str, op: str, value: float, line_text: str) -> None:
+    checked = linted(factory)
     assert checked.lowered is not None, "qlint's lowering must handle attention"
     finding = only(checked.findings, "QL001")
     assert finding.severity == "error" and finding.fixable
@@ -48,16 +53,16 @@ def test_attention_scale_is_ql001(quantized: Callable[..., Any], factory: str, o
     assert "already an exact identity on int8 values" in finding.message
 
 
-def test_attention_softmax_requantize_is_ql004(quantized: Callable[..., Any]) -> None:
-    checked = check_program(quantized("make_attention"), "a", Config())
+def test_attention_softmax_requantize_is_ql004(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
+    checked = linted("make_attention")
     finding = only(checked.findings, "QL004")
     assert finding.details["input_qparams"]["scale"] == pytest.approx(1 / 256)
     assert finding.details["identity"] is False
     assert "a rescale done in fp32" in finding.message
 
 
-def test_scale_feeding_pool_is_ql001_not_identity(quantized: Callable[..., Any]) -> None:
-    checked = check_program(quantized("make_pool"), "pool", Config())
+def test_scale_feeding_pool_is_ql001_not_identity(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
+    checked = linted("make_pool")
     finding = only(checked.findings, "QL001")
     assert finding.details["identity"] is False
     assert "not an identity on int8 values" in finding.message
@@ -66,23 +71,23 @@ def test_scale_feeding_pool_is_ql001_not_identity(quantized: Callable[..., Any])
     assert all("avg_pool" not in op for f in checked.findings for op in f.details.get("ops", []))
 
 
-def test_constant_first_operand_is_not_ql001(quantized: Callable[..., Any]) -> None:
-    checked = check_program(quantized("make_constant_first"), "cf", Config())
+def test_constant_first_operand_is_not_ql001(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
+    checked = linted("make_constant_first")
     assert "QL001" not in codes(checked.findings)
     finding = only(checked.findings, "QL002")
     assert "constant-first operand" in finding.details["reason"]
 
 
-def test_runtime_divisor_is_not_ql001(quantized: Callable[..., Any]) -> None:
-    checked = check_program(quantized("make_runtime_divisor"), "rt", Config())
+def test_runtime_divisor_is_not_ql001(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
+    checked = linted("make_runtime_divisor")
     assert "QL001" not in codes(checked.findings)
     finding = only(checked.findings, "QL002")
     assert finding.details["reason"].startswith("runtime (non-constant) operand")
     assert "aten.div.Tensor" in finding.details["ops"]
 
 
-def test_layer_norm_is_ql002_never_ql001(quantized: Callable[..., Any]) -> None:
-    checked = check_program(quantized("make_norm"), "norm", Config())
+def test_layer_norm_is_ql002_never_ql001(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
+    checked = linted("make_norm")
     assert "QL001" not in codes(checked.findings)
     finding = only(checked.findings, "QL002")
     assert finding.details["reason"] == "data-dependent normalization (aten.native_layer_norm.default)"
@@ -90,26 +95,26 @@ def test_layer_norm_is_ql002_never_ql001(quantized: Callable[..., Any]) -> None:
     assert finding.location.code == "return self.norm(self.proj(x))"
 
 
-def test_int16_scale_names_the_dtype_guard(quantized: Callable[..., Any]) -> None:
-    checked = check_program(quantized("make_scale", int16=True), "i16", Config())
+def test_int16_scale_names_the_dtype_guard(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
+    checked = linted("make_scale", int16=True)
     finding = only(checked.findings, "QL001")
     assert finding.details["input_qparams"]["dtype"] == "int16"
     assert finding.details["blocked_by"] == ["fold.dtypes: int16 not in [int8]"]
     assert not finding.fixable
     assert "fold blocked by fold.dtypes" in finding.message
     allowed = Config(fold=FoldGuards(dtypes=("int8", "int16")))
-    finding = only(check_program(quantized("make_scale", int16=True), "i16", allowed).findings, "QL001")
+    finding = only(lint_program(quantized("make_scale", int16=True), "i16", allowed).findings, "QL001")
     assert finding.details["blocked_by"] == [] and finding.fixable
 
 
 def test_constant_kind_guard(quantized: Callable[..., Any]) -> None:
     config = Config(fold=FoldGuards(constant_kinds=("parameter",)))
-    finding = only(check_program(quantized("make_attention"), "a", config).findings, "QL001")
+    finding = only(lint_program(quantized("make_attention"), "a", config).findings, "QL001")
     assert finding.details["blocked_by"] == ["fold.constant_kinds: buffer not in [parameter]"]
 
 
 def test_stock_lowering_crash_is_ql003_and_quantized_program_still_analysed(quantized: Callable[..., Any]) -> None:
-    checked = check_program(quantized("make_multi_head"), "mha", Config(), order="stock")
+    checked = lint_program(quantized("make_multi_head"), "mha", Config(), RunOptions(order=LoweringOrder.STOCK))
     assert checked.lowered is None
     failure = checked.findings[0]
     assert failure.code == "QL003"
@@ -125,19 +130,19 @@ def test_stock_lowering_crash_is_ql003_and_quantized_program_still_analysed(quan
 
 
 @pytest.mark.slow
-def test_coverage_counts_int_kernels(quantized: Callable[..., Any]) -> None:
-    checked = check_program(quantized("make_multi_head"), "mha", Config())
+def test_coverage_counts_int_kernels(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
+    checked = linted("make_multi_head")
     finding = only(checked.findings, "QL005")
     # 4 linears, 2 bmm, 1 softmax run as cortex_m kernels; the scale div does not.
     assert finding.details["int_ops"] == 7
     assert finding.details["fp32_ops"] == {"div": 1}
     assert finding.details["coverage"] == pytest.approx(7 / 8)
     relaxed = Config(coverage_threshold=0.8)
-    assert "QL005" not in codes(check_program(quantized("make_multi_head"), "mha", relaxed).findings)
+    assert "QL005" not in codes(lint_program(quantized("make_multi_head"), "mha", relaxed).findings)
 
 
-def test_chain_with_reshape_is_one_ql001(quantized: Callable[..., Any]) -> None:
-    checked = check_program(quantized("make_scale_chain"), "chain", Config())
+def test_chain_with_reshape_is_one_ql001(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
+    checked = linted("make_scale_chain")
     finding = only(checked.findings, "QL001")
     assert finding.details["ops"] == ["aten.mul.Tensor", "aten.div.Tensor"]
     assert [(c["op"], c["value"]) for c in finding.details["constants"]] == [("mul", 0.5), ("div", 3.0)]

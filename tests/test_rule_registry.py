@@ -1,0 +1,124 @@
+"""The rule registry and the one-evaluation promise: deselected rules cost nothing, and each
+island or requantize pair is run on every input integer at most once per run."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import qlint.analysis
+import qlint.checks
+from qlint.api import fix
+from qlint.catalog import load_catalog
+from qlint.config import Config
+from qlint.program import lint_program
+from qlint.registry import RULES, Scope, enabled_rules
+
+
+def example(name: str) -> tuple[Any, ...]:
+    from examples import models
+
+    return getattr(models, name)()[1]
+
+
+@pytest.fixture
+def evaluations(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[str, ...]]:
+    """Counts exhaustive evaluations, keyed by the evaluated region's output nodes."""
+    counts: Counter[tuple[str, ...]] = Counter()
+    original = qlint.analysis.evaluate
+
+    def counting(view: Any, island: Any, dq: Any, values: Any) -> Any:
+        counts[tuple(o.name for o in island.outputs)] += 1
+        return original(view, island, dq, values)
+
+    monkeypatch.setattr(qlint.analysis, "evaluate", counting)
+    return counts
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts island classifications and fold plans."""
+    counts: Counter[str] = Counter()
+    for module, name in ((qlint.analysis, "classify"), (qlint.checks, "plan_region")):
+        original = getattr(module, name)
+
+        def counting(*args: Any, _name: str = name, _original: Any = original) -> Any:
+            counts[_name] += 1
+            return _original(*args)
+
+        monkeypatch.setattr(module, name, counting)
+    return counts
+
+
+def test_every_catalog_rule_has_exactly_one_registered_function() -> None:
+    import qlint.suppressions  # noqa: F401  (registers QL006)
+
+    assert sorted(RULES) == sorted(load_catalog())
+    assert {code: RULES[code].scope for code in RULES} == {
+        "QL001": Scope.REGION, "QL002": Scope.REGION, "QL003": Scope.LOWERING,
+        "QL004": Scope.REGION, "QL005": Scope.PROGRAM, "QL006": Scope.REPORT,
+    }
+    with pytest.raises(RuntimeError, match="QL001 registered twice"):
+        qlint.registry.rule("QL001", Scope.REGION)(lambda context, region: None)
+
+
+def test_enabled_rules_follow_select_and_ignore() -> None:
+    region = [r.code for r in enabled_rules(Scope.REGION, Config(ignore=("QL00",), select=()))]
+    assert region == []
+    assert [r.code for r in enabled_rules(Scope.REGION, Config(select=("QL004", "QL001")))] == ["QL001", "QL004"]
+    assert [r.code for r in enabled_rules(Scope.REGION, Config(severities={"QL002": "off"}))] == ["QL001", "QL004"]
+
+
+def test_each_region_is_evaluated_once_for_its_finding_and_its_fold(
+    quantized: Callable[..., Any], evaluations: Counter[tuple[str, ...]], calls: Counter[str]
+) -> None:
+    """attention: a QL001 island (evaluated for its identity text, then for its table) and a
+    QL004 pair; both findings are fixable, so both plans ran on the shared evaluation."""
+    linted = lint_program(quantized("make_attention"), "a", Config())
+    assert sorted(f.code for f in linted.findings) == ["QL001", "QL004", "QL005"]
+    assert all(f.fixable for f in linted.findings if f.code != "QL005")
+    assert len(evaluations) == 2 and set(evaluations.values()) == {1}
+    assert calls["plan_region"] == 2
+
+
+def test_the_fixed_program_reuses_the_evaluations_of_what_it_kept(
+    quantized: Callable[..., Any], evaluations: Counter[tuple[str, ...]]
+) -> None:
+    """int16 with the default guards: the QL001 island is evaluated for its finding, its fold
+    is blocked, and the check of the (unchanged) fixed program does not evaluate it again."""
+    result = fix(quantized("make_scale", int16=True), [example("make_scale")])
+    assert [f.code for f in result.findings if f.code == "QL001"] == ["QL001"]
+    assert [left.reason for left in result.summary.left] == ["blocked by fold.dtypes: int16 not in [int8]"]
+    assert list(evaluations.values()) == [1]
+
+
+def test_a_deselected_rule_does_no_analysis(
+    quantized: Callable[..., Any], evaluations: Counter[tuple[str, ...]], calls: Counter[str]
+) -> None:
+    program = quantized("make_attention")
+    only_coverage = lint_program(program, "a", Config(select=("QL005",)))
+    assert [f.code for f in only_coverage.findings] == ["QL005"]
+    assert only_coverage.stats.fp32_islands == 1  # the summary still counts islands
+    assert calls == Counter() and evaluations == Counter()
+    # QL002 selected: islands must be classified to know they are not QL002, but the
+    # QL001 island is neither evaluated nor planned, and pairs are not looked for.
+    assert lint_program(program, "a", Config(select=("QL002",))).findings == []
+    assert calls == Counter({"classify": 1}) and evaluations == Counter()
+
+
+@pytest.mark.slow
+def test_fix_leaves_what_a_deselected_rule_would_fold(quantized: Callable[..., Any]) -> None:
+    """ruff's rule: --fix fixes only what the selected rules report."""
+    from qlint.graph_view import GraphView
+    from qlint.islands import requantize_pairs
+
+    program = quantized("make_attention")
+    everything = fix(program, [example("make_attention")])
+    assert sorted(f.code for f in everything.summary.folds) == ["QL001", "QL004"]
+    assert requantize_pairs(GraphView(everything.program)) == []
+    without_ql004 = fix(program, [example("make_attention")], Config(ignore=("QL004",)))
+    assert [f.code for f in without_ql004.summary.folds] == ["QL001"]
+    assert len(requantize_pairs(GraphView(without_ql004.program))) == 1
