@@ -240,3 +240,39 @@ class ScaleChain(nn.Module):
 def make_scale_chain() -> tuple:
     shapes = [(1, 8, 16)]
     return ScaleChain(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+class MaskedAttention(nn.Module):
+    """Hugging Face-style eager attention: `scores * scaling + mask`, the mask built in the graph.
+
+    With no padding the mask is `(1 - ones) * finfo.min`, zero everywhere (BERT, ViT); a
+    causal mask is `-inf` above the diagonal, so it differs by position (GPT-style decoders).
+    """
+
+    def __init__(self, dim: int = 16, heads: int = 2, causal: bool = False) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.causal = heads, dim // heads, causal
+        self.scaling = self.head_dim ** -0.5
+        self.q, self.k, self.v = (nn.Linear(dim, dim) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q = self.q(x).reshape(b, n, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k(x).reshape(b, n, self.heads, self.head_dim).transpose(1, 2)
+        v = self.v(x).reshape(b, n, self.heads, self.head_dim).transpose(1, 2)
+        if self.causal:
+            mask = torch.triu(torch.full((n, n), -1e4), diagonal=1)
+        else:
+            mask = (1.0 - torch.ones(b, n)[:, None, None, :]) * torch.finfo(torch.float32).min
+        scores = q @ k.transpose(-2, -1) * self.scaling + mask
+        return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c)
+
+
+def make_masked_attention() -> tuple:
+    shapes = [(1, 8, 16)]
+    return MaskedAttention(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+def make_causal_attention() -> tuple:
+    shapes = [(1, 8, 16)]
+    return MaskedAttention(causal=True), _batches(shapes, 1)[0], _batches(shapes)

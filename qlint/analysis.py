@@ -22,6 +22,7 @@ from qlint.graph_view import Constant, GraphView, Kind, QParams, base_name, op_n
 from qlint.islands import Island, find_islands, requantize_pairs
 
 SCALE_OPS = {"div", "mul"}
+OFFSET_OPS = {"add", "sub"}   # of a uniform constant: an attention mask that masks nothing, a bias
 NORMALIZATION_OPS = {
     "native_layer_norm", "layer_norm", "group_norm", "native_group_norm", "batch_norm",
     "native_batch_norm", "_native_batch_norm_legit_no_training", "rms_norm", "var", "var_mean",
@@ -35,9 +36,13 @@ PAIR_CODE = "QL004"
 @dataclass
 class ScaleStep:
     node: Node
-    op: str            # "div" | "mul"
+    op: str            # "div" | "mul" | "add" | "sub"
     constant: Constant
     value: float
+
+    @property
+    def symbol(self) -> str:
+        return {"div": "/", "mul": "*", "add": "+", "sub": "-"}[self.op]
 
 
 @dataclass
@@ -52,11 +57,17 @@ class ScaleIsland:
 
     @property
     def factor(self) -> float:
-        """What the island multiplies its input by."""
+        """What the island multiplies its input by (its offsets aside)."""
         factor = 1.0
         for step in self.steps:
-            factor = factor / step.value if step.op == "div" else factor * step.value
+            if step.op in SCALE_OPS:
+                factor = factor / step.value if step.op == "div" else factor * step.value
         return factor
+
+    @property
+    def offset(self) -> bool:
+        """Whether the island adds or subtracts a constant other than zero."""
+        return any(step.op in OFFSET_OPS and step.value != 0.0 for step in self.steps)
 
 
 @dataclass(frozen=True)
@@ -132,39 +143,28 @@ class Analysis:
 
 def _is_runtime(view: GraphView, arg: Any, inside: set[Node]) -> bool:
     """An operand computed at run time: inside the island or a non-constant input."""
-    return isinstance(arg, Node) and (arg in inside or view.kind(arg) != Kind.CONSTANT)
+    return isinstance(arg, Node) and (arg in inside or not view.is_constant(arg))
 
 
 def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland | str:
-    """A ScaleIsland, or the reason the island is not a constant scale."""
+    """A ScaleIsland (constant scales, and offsets by a uniform constant), or the reason the
+    island is not one."""
     bases = [base_name(op_name(n)) for n in island.compute]
     norm = sorted({op_name(n) for n, b in zip(island.compute, bases, strict=True) if b in NORMALIZATION_OPS})
     if norm:
         return f"data-dependent normalization ({', '.join(norm)})"
-    other = sorted({op_name(n) for n, b in zip(island.compute, bases, strict=True) if b not in SCALE_OPS})
+    affine = SCALE_OPS | OFFSET_OPS
+    other = sorted({op_name(n) for n, b in zip(island.compute, bases, strict=True) if b not in affine})
     dq = runtime_input(view, island)
     inside = set(island.nodes)
     steps = []
     for node, base in zip(island.compute, bases, strict=True):
-        if base not in SCALE_OPS:
+        if base not in affine:
             continue
-        lhs, rhs = node.args[0], node.args[1]
-        lhs_runtime, rhs_runtime = _is_runtime(view, lhs, inside), _is_runtime(view, rhs, inside)
-        if lhs_runtime and rhs_runtime:
-            return f"runtime (non-constant) operand {cast(Node, rhs).name} of {op_name(node)}"
-        if base == "div" and rhs_runtime:
-            return f"constant-first operand ({op_name(node)} of a constant by the activation)"
-        operand = rhs if lhs_runtime else lhs
-        constant = view.constant(operand)
-        if constant is None:
-            name = operand.name if isinstance(operand, Node) else repr(operand)
-            return f"runtime (non-constant) operand {name} of {op_name(node)}"
-        value = constant.scalar()
-        if constant.numel > 1 and (value is None or constant.numel > max_elements):
-            return f"per-channel constant {constant.name} ({constant.numel} elements)"
-        if value is None or value == 0.0:
-            return f"constant {constant.name} is zero or not finite"
-        steps.append(ScaleStep(node, base, constant, value))
+        step = _step(view, node, base, inside, max_elements)
+        if isinstance(step, str):
+            return step
+        steps.append(step)
     if other:
         return f"ops the Cortex-M backend does not lower: {', '.join(other)}"
     if dq is None:
@@ -175,6 +175,33 @@ def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland 
     if len(outs) != len(island.outputs) or qp_in is None or len(qps_out) != 1 or None in qps_out:
         return "outputs are not one per-tensor quantize"
     return ScaleIsland(island, dq, steps, qp_in, cast(QParams, qps_out.pop()))
+
+
+def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_elements: int) -> ScaleStep | str:
+    """One `x op c` of a scale island, or why the op is not one."""
+    lhs, rhs = node.args[0], node.args[1]
+    lhs_runtime, rhs_runtime = _is_runtime(view, lhs, inside), _is_runtime(view, rhs, inside)
+    if lhs_runtime and rhs_runtime:
+        return f"runtime (non-constant) operand {cast(Node, rhs).name} of {op_name(node)}"
+    if base in ("div", "sub") and rhs_runtime:
+        return f"constant-first operand ({op_name(node)} of a constant by the activation)"
+    if node.kwargs.get("alpha", 1) != 1:
+        return f"{op_name(node)} with alpha={node.kwargs['alpha']}"
+    operand = rhs if lhs_runtime else lhs
+    constant = view.constant(operand)
+    if constant is None:
+        name = operand.name if isinstance(operand, Node) else repr(operand)
+        return f"runtime (non-constant) operand {name} of {op_name(node)}"
+    value = constant.scalar()
+    if base in OFFSET_OPS:
+        if value is None:
+            return f"constant {constant.name} differs by position ({constant.numel} elements), as a mask does"
+        return ScaleStep(node, base, constant, value)
+    if constant.numel > 1 and (value is None or constant.numel > max_elements):
+        return f"per-channel constant {constant.name} ({constant.numel} elements)"
+    if value is None or value == 0.0:
+        return f"constant {constant.name} is zero or not finite"
+    return ScaleStep(node, base, constant, value)
 
 
 def blocked_guards(

@@ -112,7 +112,7 @@ def lowering_failed(context: Context) -> list[Finding]:
 
 
 def _scale_text(scale: ScaleIsland) -> str:
-    return " ".join(f"{'/' if s.op == 'div' else '*'} {s.constant}" for s in scale.steps)
+    return " ".join(f"{s.symbol} {s.constant}" for s in scale.steps)
 
 
 @rule("QL001", Scope.REGION)

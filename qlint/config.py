@@ -40,6 +40,7 @@ class ConstantKind(StrEnum):
     BUFFER = "buffer"
     CONSTANT = "constant"   # a lifted tensor constant
     LITERAL = "literal"     # a number written into the graph
+    COMPUTED = "computed"   # built in the graph from constants: aten.full, a mask, ...
 
 
 class ConfigError(Exception):
@@ -333,7 +334,7 @@ coverage_threshold: 0.9
 
 # Guards for folding an island (QL001/QL004); a blocked fold names its guard.
 fold:
-  constant_kinds: [parameter, buffer, constant, literal]  # where the constant may live
+  constant_kinds: [parameter, buffer, constant, literal, computed]  # where the constant may live
   max_elements: 1              # elements in the constant (1 = scalar only)
   dtypes: [int8]               # activation dtypes that may be folded (int8, int16)
   require_equal_qrange: true   # input and output quantize must share dtype and clamp range

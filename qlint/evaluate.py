@@ -49,7 +49,7 @@ def input_domain(qp: QParams) -> tuple[torch.Tensor, torch.Tensor]:
 
 def runtime_input(view: GraphView, island: Island) -> Node | None:
     """The island's only non-constant input, when it is a dequantize node."""
-    runtime = [n for n in island.inputs if view.kind(n) != Kind.CONSTANT]
+    runtime = [n for n in island.inputs if not view.is_constant(n)]
     if len(runtime) == 1 and view.kind(runtime[0]) == Kind.DEQUANTIZE:
         return runtime[0]
     return None

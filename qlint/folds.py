@@ -142,6 +142,8 @@ def _rescale(region: Region, qp_in: QParams, exhaustive: Exhaustive, outputs: li
     scale_island = region.scale
     if scale_island is None:
         return f"{qp_in.dtype_name} islands fold only as a constant scale"
+    if scale_island.offset:
+        return "the island adds a constant; an output scale cannot absorb an offset"
     factor = scale_island.factor
     if not (math.isfinite(factor) and factor > 0):
         return f"the constant factor {factor:g} is not positive and finite; a scale cannot absorb it"

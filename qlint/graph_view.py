@@ -104,9 +104,11 @@ class Constant:
         return value if math.isfinite(value) else None
 
     def __str__(self) -> str:
-        if self.numel == 1:
-            return f"{self.name}={float(self.value.flatten()[0]):.6g} ({self.kind})"
-        return f"{self.name} ({self.kind}, {self.numel} elements)"
+        uniform = self.uniform()
+        if uniform is None:
+            return f"{self.name} ({self.kind}, {self.numel} elements)"
+        value = f"{self.name}={float(uniform.double().flatten()[0]):.6g}"
+        return f"{value} ({self.kind})" if self.numel == 1 else f"{value} ({self.kind}, all {self.numel} elements)"
 
 
 def op_name(node: Node) -> str:
@@ -190,6 +192,26 @@ def constant_inputs(signature: Any) -> dict[str, tuple[ConstantKind, str]]:
     return table
 
 
+def computed_constants(program: Any) -> dict[Node, torch.Tensor]:
+    """The call_function nodes that no runtime input reaches, with their values.
+
+    ExecuTorch's own constant propagation computes them (every op, `aten.full`
+    and quantize ops included); the program is not changed, so a fix still
+    compares against, and rewrites, the program as lowered.
+    """
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+    from executorch.exir.passes.constant_prop_pass import get_propagated_const_tensor_dict
+
+    # A `.pte` may name operators torch does not know (stand-ins that must never run).
+    unknown = {
+        n.target for n in program.graph_module.graph.nodes
+        if n.op == "call_function" and n.target is not operator.getitem
+        and not isinstance(n.target, (torch._ops.OpOverload, EdgeOpOverload))
+    }
+    values = get_propagated_const_tensor_dict(program, unknown)
+    return {n: v for n, v in values.items() if n.op == "call_function" and isinstance(v, torch.Tensor)}
+
+
 class GraphView:
     """Kinds, qparams and constants for the nodes of one ExportedProgram."""
 
@@ -198,9 +220,15 @@ class GraphView:
         self.graph = program.graph_module.graph
         self.nodes: list[Node] = list(self.graph.nodes)
         self.lowered = any(op_name(n).startswith("cortex_m.") for n in self.nodes)
+        self._computed = computed_constants(program)
         self._kinds: dict[Node, Kind] = {}
         for node in self.nodes:
             self._kinds[node] = self._classify(node)
+
+    def is_constant(self, node: Node) -> bool:
+        """No runtime input reaches it: a parameter, buffer or literal, or computed from them
+        in the graph (`aten.full`, a mask built from constants, even through quantize ops)."""
+        return self._kinds[node] == Kind.CONSTANT or node in self._computed
 
     def kind(self, node: Node) -> Kind:
         return self._kinds[node]
@@ -220,6 +248,8 @@ class GraphView:
         return names
 
     def _classify(self, node: Node) -> Kind:
+        if node in self._computed and packet(op_name(node)) not in QUANTIZE_OPS | DEQUANTIZE_OPS:
+            return Kind.CONSTANT  # q/dq keep their kind: the quantized dialect predicts lowering from them
         if node.op == "placeholder":
             return Kind.CONSTANT if node.name in self._constant_fqns else Kind.INPUT
         if node.op == "get_attr":
@@ -272,6 +302,8 @@ class GraphView:
         """The constant behind an operand: a lifted tensor, a get_attr or a literal."""
         if isinstance(arg, (int, float)) and not isinstance(arg, bool):
             return Constant(repr(arg), ConstantKind.LITERAL, torch.tensor(float(arg)))
+        if isinstance(arg, Node) and arg in self._computed:
+            return Constant(arg.name, ConstantKind.COMPUTED, self._computed[arg])
         if not isinstance(arg, Node) or self.kind(arg) != Kind.CONSTANT:
             return None
         if arg.op == "get_attr":

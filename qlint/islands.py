@@ -82,10 +82,10 @@ def fp32_elements(view: GraphView, island: Island) -> int:
 
 
 def requantize_pairs(view: GraphView) -> list[tuple[Node, Node]]:
-    """`dequantize -> quantize` with nothing in between."""
+    """`dequantize -> quantize` with nothing in between, on a runtime value (not a constant)."""
     return [
         (dq, user)
-        for dq in view.nodes if view.kind(dq) == Kind.DEQUANTIZE
+        for dq in view.nodes if view.kind(dq) == Kind.DEQUANTIZE and not view.is_constant(dq)
         for user in dq.users if view.kind(user) == Kind.QUANTIZE
     ]
 

@@ -158,6 +158,8 @@ def program_view(program: Any) -> Any:
             inputs_to_parameters={},
             inputs_to_buffers={k: k for k in buffers},
             inputs_to_lifted_tensor_constants={},
+            buffers_to_mutate={},
+            non_persistent_buffers=set(),
         ),
         state_dict=buffers,
         constants={},

@@ -426,3 +426,12 @@ def test_a_program_executorch_cannot_serialize_is_a_one_line_error() -> None:
     assert str(caught.value) == (
         "to_executorch failed on the unfixed program: AssertionError: graph_output_allocated not set"
     )
+
+
+def test_a_scale_with_an_in_graph_mask_folds_bit_exact(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
+    result = fix(quantized("make_masked_attention"), [example("make_masked_attention")])
+    assert sorted((f.code, f.kind) for f in result.summary.folds) == [("QL001", "identity"), ("QL004", "table")]
+    assert not any(o.startswith(("aten.mul", "aten.add", "aten.full")) for o in ops(result.program))
+    assert result.summary.fp32_ops == (3, 0)
+    unfixed = linted("make_masked_attention").lowered
+    assert_same_outputs(unfixed, result.program, seeded(example("make_masked_attention")))

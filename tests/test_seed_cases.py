@@ -150,3 +150,25 @@ def test_chain_with_reshape_is_one_ql001(linted: Callable[..., Any], quantized: 
     assert finding.location.code == "y = torch.relu(x) * 0.5"
     # The reshape between the two constants is part of the island, not an island of its own.
     assert checked.stats.fp32_islands == 1
+
+
+def test_an_in_graph_mask_that_masks_nothing_is_part_of_a_ql001_scale(linted: Callable[..., Any]) -> None:
+    """`scores * scaling + mask` with the mask built in the graph (`ones`, `full`, quantize ops):
+    the mask is a computed constant, zero everywhere, so the island is a scale with a zero offset."""
+    checked = linted("make_masked_attention")
+    finding = only(checked.findings, "QL001")
+    assert "QL002" not in codes(checked.findings)
+    assert [(c["op"], c["kind"], c["value"]) for c in finding.details["constants"]] == [
+        ("mul", "buffer", pytest.approx(8 ** -0.5)), ("add", "computed", 0.0)
+    ]
+    assert "(computed, all 8 elements)" in finding.message
+    assert finding.location.code == "scores = q @ k.transpose(-2, -1) * self.scaling + mask"
+    # The mask's own ops (ones, sub, mul by finfo.min, quantize) are constants, not islands or kernels.
+    assert checked.stats.fp32_islands == 1
+    assert finding.fixable
+
+
+def test_a_causal_mask_differs_by_position(linted: Callable[..., Any]) -> None:
+    finding = only(linted("make_causal_attention").findings, "QL002")
+    assert finding.details["reason"].startswith("constant aten_where_self differs by position (64 elements)")
+    assert not finding.fixable
