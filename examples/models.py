@@ -276,3 +276,51 @@ def make_masked_attention() -> tuple:
 def make_causal_attention() -> tuple:
     shapes = [(1, 8, 16)]
     return MaskedAttention(causal=True), _batches(shapes, 1)[0], _batches(shapes)
+
+
+class ConvHardswish(nn.Module):
+    """MobileNetV3's conv -> batch-norm -> hardswish block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn, self.act = nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Hardswish()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.bn(self.conv(x)))
+
+
+def make_conv_hardswish() -> tuple:
+    torch.manual_seed(0)
+    shapes = [(1, 4, 8, 8)]
+    return ConvHardswish().eval(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+def make_conv_hardswish_channels_last() -> tuple:
+    model, example, calibration = make_conv_hardswish()
+    last = torch.channels_last
+    return (
+        model.to(memory_format=last),
+        tuple(t.contiguous(memory_format=last) for t in example),
+        [tuple(t.contiguous(memory_format=last) for t in batch) for batch in calibration],
+    )
+
+
+class Clamp(nn.Module):
+    """A standalone clamp; quantized int16 it is lowered to a float-bounded `aten.clamp`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clamp(-1.0, 1.0)
+
+
+def make_clamp() -> tuple:
+    shapes = [(1, 8, 16)]
+    return Clamp(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+def make_transformer_encoder() -> tuple:
+    """`nn.TransformerEncoder`, whose layers take PyTorch's fused fast path under `no_grad`."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+    shapes = [(1, 8, 16)]
+    return model, _batches(shapes, 1)[0], _batches(shapes)

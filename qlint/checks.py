@@ -1,4 +1,4 @@
-"""The rules QL001-QL005: one program's regions, fold plans and coverage into findings.
+"""The rules QL001-QL005 and QL007: one program's regions, fold plans, coverage and validity into findings.
 
 Each rule registers its code with the function that produces its findings;
 `run_rules` asks the registry first, so a deselected rule's analysis (island
@@ -18,11 +18,12 @@ from qlint.analysis import Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.config import Config
 from qlint.findings import ArtifactStats, Finding, Location
 from qlint.folds import Fold, Left, plan_region
-from qlint.graph_view import GraphView, QParams
+from qlint.graph_view import GraphView, QParams, op_name
 from qlint.islands import coverage, fp32_elements
 from qlint.lowering import LoweringError, first_line
 from qlint.registry import RULES, Scope, enabled_rules, rule
 from qlint.source import locate
+from qlint.validity import Invalid, find_invalid
 
 
 class FindingFactory:
@@ -198,6 +199,29 @@ def low_coverage(context: Context) -> list[Finding]:
             coverage=cov.ratio,
             fp32_ops=dict(cov.fp32_op_counts),
             int_ops=cov.int_ops,
+        )
+    ]
+
+
+def invalid_message(invalid: Invalid) -> str:
+    node = invalid.node
+    return (
+        f"lowered program cannot run: {op_name(node)} at {node.name} receives "
+        f"{', '.join(invalid.dtypes)}: {invalid.reason}"
+    )
+
+
+@rule("QL007", Scope.PROGRAM)
+def lowered_program_invalid(context: Context) -> list[Finding]:
+    if context.failure is not None or not context.view.lowered:
+        return []  # the quantized program QL003 falls back on is not meant to run on the device
+    invalid = find_invalid(context.view)
+    if invalid is None:
+        return []
+    return [
+        context.make.make(
+            "QL007", invalid_message(invalid), (invalid.node,),
+            op=op_name(invalid.node), input_dtypes=invalid.dtypes, reason=invalid.reason,
         )
     ]
 

@@ -200,16 +200,23 @@ def fix_program(
     FixError when the program does not lower, and VerificationError when the
     folded program's outputs differ from the unfolded one's on any input.
     """
-    from qlint.checks import lowering_message, run_rules
+    from qlint.checks import invalid_message, lowering_message, run_rules
     from qlint.lowering import first_line, needs_repair
     from qlint.options import LoweringOrder
     from qlint.program import lint_program
+    from qlint.validity import find_invalid
 
     options = options or RunOptions()
     dry_run = options.fix is not None and options.fix.dry_run
     linted = lint_program(program, artifact, config, options)
     if linted.failure is not None:
         raise FixError(f"cannot fix: {lowering_message(linted.failure)}")
+    invalid = next((f.message for f in linted.findings if f.code == "QL007"), None)
+    if invalid is None and not config.enabled("QL007"):
+        found = find_invalid(linted.analysis.view)
+        invalid = invalid_message(found) if found is not None else None
+    if invalid is not None:
+        raise FixError(f"cannot fix: {invalid}")
     if not inputs and not dry_run:
         raise FixError("cannot verify a fix without inputs: the program carries no sample inputs")
     lowered, folds = linted.lowered, linted.folds

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +34,31 @@ def quantize(
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     model = model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), _without_fast_paths():
         graph = torch.export.export(model, example_inputs, strict=True).module(check_guards=False)
         prepared = prepare_pt2e(graph, CortexMQuantizer(per_tensor_config))
         for batch in calibration or [example_inputs]:
             prepared(*batch)
         converted = convert_pt2e(prepared)
         return torch.export.export(converted, example_inputs, strict=True)
+
+
+@contextlib.contextmanager
+def _without_fast_paths() -> Iterator[None]:
+    """Export what the model's code says, not PyTorch's fused inference kernels.
+
+    Under `no_grad`, `nn.TransformerEncoderLayer` and `nn.MultiheadAttention` take
+    a fast path that exports as one opaque `aten._transformer_encoder_layer_fwd`
+    (or `_native_multi_head_attention`), which no quantizer pattern covers.
+    """
+    import torch
+
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)
 
 
 def call_factory(target: Target, base: Path, root: Path) -> tuple[Any, tuple[Any, ...], list[tuple[Any, ...]] | None]:

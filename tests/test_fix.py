@@ -428,6 +428,7 @@ def test_a_program_executorch_cannot_serialize_is_a_one_line_error() -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_scale_with_an_in_graph_mask_folds_bit_exact(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     result = fix(quantized("make_masked_attention"), [example("make_masked_attention")])
     assert sorted((f.code, f.kind) for f in result.summary.folds) == [("QL001", "identity"), ("QL004", "table")]
@@ -435,3 +436,14 @@ def test_a_scale_with_an_in_graph_mask_folds_bit_exact(linted: Callable[..., Any
     assert result.summary.fp32_ops == (3, 0)
     unfixed = linted("make_masked_attention").lowered
     assert_same_outputs(unfixed, result.program, seeded(example("make_masked_attention")))
+
+
+@pytest.mark.slow
+def test_fix_refuses_a_lowered_program_that_cannot_run(quantized: Callable[..., Any]) -> None:
+    from qlint.fix import FixError
+
+    program = quantized("make_conv_hardswish")
+    for config in (Config(), Config(ignore=("QL007",))):  # deselecting the rule does not make it runnable
+        with pytest.raises(FixError, match="^cannot fix: lowered program cannot run: aten.hardswish.default at "
+                                           "aten_hardswish_default receives int8"):
+            fix(program, [example("make_conv_hardswish")], config)

@@ -59,7 +59,7 @@ def test_every_catalog_rule_has_exactly_one_registered_function() -> None:
     assert sorted(RULES) == sorted(load_catalog())
     assert {code: RULES[code].scope for code in RULES} == {
         "QL001": Scope.REGION, "QL002": Scope.REGION, "QL003": Scope.LOWERING,
-        "QL004": Scope.REGION, "QL005": Scope.PROGRAM, "QL006": Scope.REPORT,
+        "QL004": Scope.REGION, "QL005": Scope.PROGRAM, "QL006": Scope.REPORT, "QL007": Scope.PROGRAM,
     }
     with pytest.raises(RuntimeError, match="QL001 registered twice"):
         qlint.registry.rule("QL001", Scope.REGION)(lambda context, region: None)

@@ -172,3 +172,40 @@ def test_a_causal_mask_differs_by_position(linted: Callable[..., Any]) -> None:
     finding = only(linted("make_causal_attention").findings, "QL002")
     assert finding.details["reason"].startswith("constant aten_where_self differs by position (64 elements)")
     assert not finding.fixable
+
+
+def test_an_int8_tensor_left_to_a_float_op_is_ql007(linted: Callable[..., Any]) -> None:
+    """NCHW conv -> batch-norm -> hardswish: ExecuTorch 1.5.1 leaves aten.hardswish on the int8
+    output of the convolution's quantize; the .pte would not run. channels_last lowers cleanly."""
+    checked = linted("make_conv_hardswish")
+    finding = only(checked.findings, "QL007")
+    assert finding.message == (
+        "lowered program cannot run: aten.hardswish.default at aten_hardswish_default receives int8: "
+        "\"hardswish_cpu\" not implemented for 'Char'"
+    )
+    assert finding.severity == "error" and finding.details["input_dtypes"] == ["int8"]
+    assert finding.location.code == "return self.act(self.bn(self.conv(x)))"
+    clean = linted("make_conv_hardswish_channels_last")
+    assert clean.findings == [] and clean.stats.coverage == 1.0
+
+
+def test_an_int16_clamp_with_float_bounds_is_ql007(linted: Callable[..., Any]) -> None:
+    finding = only(linted("make_clamp", int16=True).findings, "QL007")
+    assert finding.message == (
+        "lowered program cannot run: aten.clamp.default at aten_clamp_default receives int16: "
+        "it computes float32 from int16 and feeds cortex_m.dequantize_per_tensor.default, which needs integers"
+    )
+    assert finding.location.code == "return x.clamp(-1.0, 1.0)"
+
+
+@pytest.mark.slow
+def test_a_transformer_encoder_is_exported_without_the_fused_fast_path(linted: Callable[..., Any]) -> None:
+    """Under no_grad the layer would export as one aten._transformer_encoder_layer_fwd (0 % int8)."""
+    import torch
+
+    checked = linted("make_transformer_encoder")
+    ops = {op for f in checked.findings for op in f.details.get("ops", [])}
+    assert not any("_transformer_encoder_layer_fwd" in op or "_native_multi_head" in op for op in ops)
+    assert {"aten.bmm.default", "aten._softmax.default"} <= ops  # the attention core, op by op
+    assert checked.stats.coverage > 0.5
+    assert torch.backends.mha.get_fastpath_enabled()  # restored after the export
