@@ -16,6 +16,7 @@ from typing import Any, cast
 import torch
 from torch.fx import Node
 
+from qlint.causes import causes
 from qlint.config import Config, ConstantKind, FoldGuards
 from qlint.evaluate import evaluate, input_domain, not_per_integer, runtime_input
 from qlint.graph_view import Constant, GraphView, Kind, QParams, base_name, op_name
@@ -166,7 +167,7 @@ def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland 
             return step
         steps.append(step)
     if other:
-        return f"ops the Cortex-M backend does not lower: {', '.join(other)}"
+        return "; ".join(str(c) for c in causes([n for n in island.compute if op_name(n) in other]))
     if dq is None:
         return "more than one runtime input, or an input that is not dequantized"
     outs = [o for o in island.outputs if view.kind(o) == Kind.QUANTIZE]

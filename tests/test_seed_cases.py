@@ -168,6 +168,7 @@ def test_an_in_graph_mask_that_masks_nothing_is_part_of_a_ql001_scale(linted: Ca
     assert finding.fixable
 
 
+@pytest.mark.slow
 def test_a_causal_mask_differs_by_position(linted: Callable[..., Any]) -> None:
     finding = only(linted("make_causal_attention").findings, "QL002")
     assert finding.details["reason"].startswith("constant aten_where_self differs by position (64 elements)")
@@ -189,6 +190,7 @@ def test_an_int8_tensor_left_to_a_float_op_is_ql007(linted: Callable[..., Any]) 
     assert clean.findings == [] and clean.stats.coverage == 1.0
 
 
+@pytest.mark.slow
 def test_an_int16_clamp_with_float_bounds_is_ql007(linted: Callable[..., Any]) -> None:
     finding = only(linted("make_clamp", int16=True).findings, "QL007")
     assert finding.message == (
@@ -209,3 +211,42 @@ def test_a_transformer_encoder_is_exported_without_the_fused_fast_path(linted: C
     assert {"aten.bmm.default", "aten._softmax.default"} <= ops  # the attention core, op by op
     assert checked.stats.coverage > 0.5
     assert torch.backends.mha.get_fastpath_enabled()  # restored after the export
+    [attention] = [f for f in checked.findings if "aten.bmm.default" in f.details.get("ops", [])]
+    assert attention.details["reason"].startswith(
+        "aten.bmm.default, aten._softmax.default, aten.full_like.default, aten.where.self: part of "
+        "F.scaled_dot_product_attention, which no CortexMQuantizer pattern covers; fix: write the attention unfused"
+    )
+
+
+def test_an_nchw_convolution_names_the_quantizer_check_and_channels_last(linted: Callable[..., Any]) -> None:
+    """The backend lowers conv2d; CortexMQuantizer's CortexMConv2DCheck refused this one's memory format."""
+    finding = only(linted("make_conv_hardswish").findings, "QL002")
+    assert finding.details["reason"] == (
+        "aten.convolution.default: CortexMQuantizer's conv2d pattern refused it (CortexMConv2DCheck): it needs "
+        "channels_last tensors; fix: export with model.to(memory_format=torch.channels_last) and channels_last "
+        "example inputs"
+    )
+    assert "does not lower" not in finding.message
+
+
+def test_causes_name_a_missing_pattern_and_merge_ops_with_one_cause() -> None:
+    import torch
+    from torch.fx import Graph
+
+    from qlint.causes import causes
+
+    graph = Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(2, 3, device="meta")
+    nodes = []
+    for target in (torch.ops.aten.cumsum.default, torch.ops.aten.cumsum.default, torch.ops.aten.erf.default):
+        node = graph.call_function(target, (x, 0) if target is torch.ops.aten.cumsum.default else (x,))
+        node.meta["val"] = x.meta["val"]
+        nodes.append(node)
+    assert [str(c) for c in causes(nodes)] == [
+        "aten.cumsum.default, aten.erf.default: no CortexMQuantizer pattern covers it"
+    ]
+    nodes[2].meta["original_aten"] = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    [plain, sdpa] = causes(nodes)
+    assert plain.ops == ("aten.cumsum.default",) and sdpa.ops == ("aten.erf.default",)
+    assert sdpa.why.startswith("part of F.scaled_dot_product_attention") and "unfused" in sdpa.remedy

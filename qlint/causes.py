@@ -1,0 +1,109 @@
+"""Why an op stayed fp32, decided with ExecuTorch's own CortexMQuantizer pattern checkers.
+
+"The backend does not lower aten.convolution" sends a user the wrong way when
+the backend lowers every channels_last conv2d and the quantizer only refused
+this one's memory format. So for an fp32 op qlint looks up the quantizer
+patterns that start with it (`CORTEX_M_QUANTIZER_SUPPORT_DICT`) and runs their
+own checkers on the node's recorded tensor metadata: no pattern, a pattern that
+refused it (and the export change that satisfies the checker), or a pattern
+that accepts it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch.fx import Node
+
+from qlint.graph_view import base_name, op_name, output_value
+
+CHANNELS_LAST = "export with model.to(memory_format=torch.channels_last) and channels_last example inputs"
+# What each checker requires, in words, and the change in the export code that meets it.
+_CHECKERS = {
+    "CortexMConv2DCheck": ("channels_last tensors", CHANNELS_LAST),
+    "CortexMConvTranspose2DCheck": ("channels_last tensors", CHANNELS_LAST),
+    "CortexMAvgPool2DCheck": ("channels_last tensors", CHANNELS_LAST),
+    "CortexMMaxPool2DCheck": ("channels_last tensors", CHANNELS_LAST),
+    "CortexMAddMulCheck": (
+        "operands of one shape, or a per-channel broadcast on channels_last tensors",
+        "give both operands the same shape, or " + CHANNELS_LAST,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Cause:
+    """What is true about some fp32 ops, and what the user changes to make them int8."""
+
+    ops: tuple[str, ...]
+    why: str
+    remedy: str = ""
+
+    def __str__(self) -> str:
+        text = f"{', '.join(self.ops)}: {self.why}"
+        return f"{text}; {self.remedy}" if self.remedy else text
+
+
+def _pattern_op(node: Node) -> str:
+    """The aten op the quantizer's patterns name for this (possibly decomposed) node."""
+    base = base_name(op_name(node)).lstrip("_")
+    if base == "convolution":
+        value = output_value(node.args[0]) if isinstance(node.args[0], Node) else None
+        rank = getattr(value, "ndim", 4)
+        transposed = len(node.args) > 6 and bool(node.args[6])
+        return f"conv{'_transpose' if transposed else ''}{rank - 2}d"
+    return {"addmm": "linear", "mm": "linear"}.get(base, base)
+
+
+def _patterns() -> list[tuple[str, Any]]:
+    from executorch.backends.cortex_m.quantizer.quantizer_support import CORTEX_M_QUANTIZER_SUPPORT_DICT
+
+    return [(pattern[0]._opname.lstrip("_"), checker) for pattern, checker in CORTEX_M_QUANTIZER_SUPPORT_DICT.items()]
+
+
+SDPA = "scaled_dot_product"
+UNFUSED = ("fix: write the attention unfused (`q @ k.transpose(-2, -1) * scale`, softmax, `@ v`) "
+           "so each op meets its quantizer pattern")
+
+
+def _from_sdpa(node: Node) -> bool:
+    """Decomposed from `F.scaled_dot_product_attention` (export records the op it came from)."""
+    origins = [str(node.meta.get("original_aten", ""))]
+    origins += [str(getattr(n, "target", "")) for n in node.meta.get("from_node") or []]
+    return any(SDPA in origin for origin in origins)
+
+
+def cause_of(node: Node) -> Cause:
+    """Why `node` is fp32 after lowering, as far as the quantizer's own checks tell."""
+    op, wanted = op_name(node), _pattern_op(node)
+    if _from_sdpa(node):
+        return Cause((op,), "part of F.scaled_dot_product_attention, which no CortexMQuantizer pattern covers", UNFUSED)
+    checkers = list({checker: None for name, checker in _patterns() if name == wanted})
+    if not checkers:
+        return Cause((op,), "no CortexMQuantizer pattern covers it")
+    refused = []
+    for checker in checkers:
+        try:
+            accepted = checker.check_pattern([node])
+        except Exception:  # a checker written for the quantizer's graph may not read this one
+            accepted = True
+        if accepted:
+            return Cause((op,), f"matches CortexMQuantizer's {wanted} pattern ({checker.__name__}), yet stayed fp32")
+        refused.append(checker.__name__)
+    needs = [_CHECKERS[name] for name in refused if name in _CHECKERS]
+    requirement = f": it needs {needs[0][0]}" if needs else ""
+    return Cause(
+        (op,), f"CortexMQuantizer's {wanted} pattern refused it ({', '.join(refused)}){requirement}",
+        f"fix: {needs[0][1]}" if needs else "",
+    )
+
+
+def causes(nodes: list[Node]) -> list[Cause]:
+    """The causes of these ops, ops with the same cause named together, in graph order."""
+    merged: dict[tuple[str, str], list[str]] = {}
+    for node in nodes:
+        cause = cause_of(node)
+        ops = merged.setdefault((cause.why, cause.remedy), [])
+        ops.extend(op for op in cause.ops if op not in ops)
+    return [Cause(tuple(ops), why, remedy) for (why, remedy), ops in merged.items()]
