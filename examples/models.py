@@ -324,3 +324,20 @@ def make_transformer_encoder() -> tuple:
     model = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
     shapes = [(1, 8, 16)]
     return model, _batches(shapes, 1)[0], _batches(shapes)
+
+
+class MaskInputAttention(MaskedAttention):
+    """BERT-style attention whose additive mask is a graph input, `[batch, 1, 1, seq]`."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        b, n, c = x.shape
+        q = self.q(x).reshape(b, n, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k(x).reshape(b, n, self.heads, self.head_dim).transpose(1, 2)
+        v = self.v(x).reshape(b, n, self.heads, self.head_dim).transpose(1, 2)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim) + mask
+        return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c)
+
+
+def make_mask_input_attention() -> tuple:
+    shapes = [(1, 8, 16), (1, 1, 1, 8)]
+    return MaskInputAttention(), _batches(shapes, 1)[0], _batches(shapes)

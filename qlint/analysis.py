@@ -16,7 +16,7 @@ from typing import Any, cast
 import torch
 from torch.fx import Node
 
-from qlint.causes import causes
+from qlint.causes import cause_of, causes
 from qlint.config import Config, ConstantKind, FoldGuards
 from qlint.evaluate import evaluate, input_domain, not_per_integer, runtime_input
 from qlint.graph_view import Constant, GraphView, Kind, QParams, base_name, op_name
@@ -178,12 +178,21 @@ def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland 
     return ScaleIsland(island, dq, steps, qp_in, cast(QParams, qps_out.pop()))
 
 
+def _runtime_operand(view: GraphView, node: Node, outside: list[Node]) -> str:
+    """Why a second runtime operand keeps `node` in fp32: the operand (a float graph input named
+    as such), and what CortexMQuantizer's own check said about the op."""
+    inputs = [a for a in outside if view.kind(a) == Kind.INPUT]
+    operand = inputs[0] if inputs else cast(Node, node.args[1])
+    unquantized = ", an fp32 graph input that was never quantized" if inputs else ""
+    return f"runtime (non-constant) operand {operand.name} of {op_name(node)}{unquantized}; {cause_of(node)}"
+
+
 def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_elements: int) -> ScaleStep | str:
     """One `x op c` of a scale island, or why the op is not one."""
     lhs, rhs = node.args[0], node.args[1]
     lhs_runtime, rhs_runtime = _is_runtime(view, lhs, inside), _is_runtime(view, rhs, inside)
     if lhs_runtime and rhs_runtime:
-        return f"runtime (non-constant) operand {cast(Node, rhs).name} of {op_name(node)}"
+        return _runtime_operand(view, node, [a for a in (lhs, rhs) if isinstance(a, Node) and a not in inside])
     if base in ("div", "sub") and rhs_runtime:
         return f"constant-first operand ({op_name(node)} of a constant by the activation)"
     if node.kwargs.get("alpha", 1) != 1:

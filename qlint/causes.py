@@ -27,7 +27,8 @@ _CHECKERS = {
     "CortexMMaxPool2DCheck": ("channels_last tensors", CHANNELS_LAST),
     "CortexMAddMulCheck": (
         "operands of one shape, or a per-channel broadcast on channels_last tensors",
-        "give both operands the same shape, or " + CHANNELS_LAST,
+        "expand the smaller operand to the other's shape (a per-channel [N, C, 1, 1] operand may "
+        "instead stay as it is with a channels_last export)",
     ),
 }
 

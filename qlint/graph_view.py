@@ -192,23 +192,43 @@ def constant_inputs(signature: Any) -> dict[str, tuple[ConstantKind, str]]:
     return table
 
 
-def computed_constants(program: Any) -> dict[Node, torch.Tensor]:
+# The most one computed constant may hold: a mask or a filled scale is small, and an
+# untrusted program may ask `aten.full` for any size.
+MAX_COMPUTED_BYTES = 16 << 20
+
+
+def recorded_bytes(node: Node) -> float:
+    """What a node's recorded outputs hold (inf when a size is symbolic)."""
+    val = output_value(node)
+    parts = val if isinstance(val, (tuple, list)) else [val]
+    try:
+        return sum(int(t.numel()) * t.element_size() for t in parts if isinstance(t, torch.Tensor))
+    except Exception:  # symbolic sizes
+        return math.inf
+
+
+def computed_constants(program: Any, trusted_shapes: bool) -> dict[Node, torch.Tensor]:
     """The call_function nodes that no runtime input reaches, with their values.
 
     ExecuTorch's own constant propagation computes them (every op, `aten.full`
     and quantize ops included); the program is not changed, so a fix still
-    compares against, and rewrites, the program as lowered.
+    compares against, and rewrites, the program as lowered. Only shapes that
+    lowering recomputed are trusted (`trusted_shapes`), and an op whose recorded
+    output exceeds MAX_COMPUTED_BYTES anywhere in the graph is not run.
     """
+    if not trusted_shapes:
+        return {}
     from executorch.exir.dialects.edge._ops import EdgeOpOverload
     from executorch.exir.passes.constant_prop_pass import get_propagated_const_tensor_dict
 
-    # A `.pte` may name operators torch does not know (stand-ins that must never run).
-    unknown = {
-        n.target for n in program.graph_module.graph.nodes
-        if n.op == "call_function" and n.target is not operator.getitem
-        and not isinstance(n.target, (torch._ops.OpOverload, EdgeOpOverload))
+    calls = [n for n in program.graph_module.graph.nodes if n.op == "call_function"]
+    skip = {
+        n.target for n in calls
+        # A `.pte` may name operators torch does not know (stand-ins that must never run).
+        if (n.target is not operator.getitem and not isinstance(n.target, (torch._ops.OpOverload, EdgeOpOverload)))
+        or recorded_bytes(n) > MAX_COMPUTED_BYTES
     }
-    values = get_propagated_const_tensor_dict(program, unknown)
+    values = get_propagated_const_tensor_dict(program, skip)
     return {n: v for n, v in values.items() if n.op == "call_function" and isinstance(v, torch.Tensor)}
 
 
@@ -220,7 +240,8 @@ class GraphView:
         self.graph = program.graph_module.graph
         self.nodes: list[Node] = list(self.graph.nodes)
         self.lowered = any(op_name(n).startswith("cortex_m.") for n in self.nodes)
-        self._computed = computed_constants(program)
+        # Lowered graphs were re-traced by ExecuTorch, so their recorded shapes are the real ones.
+        self._computed = computed_constants(program, trusted_shapes=self.lowered)
         self._kinds: dict[Node, Kind] = {}
         for node in self.nodes:
             self._kinds[node] = self._classify(node)

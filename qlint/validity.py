@@ -19,9 +19,11 @@ from typing import Any
 import torch
 from torch.fx import Interpreter, Node
 
-from qlint.graph_view import GraphView, Kind, op_name, output_dtype, output_value
+from qlint.graph_view import GraphView, Kind, op_name, output_dtype, output_value, recorded_bytes
 
 INTEGER = (torch.int8, torch.int16, torch.int32, torch.uint8)
+# What one run of a program may allocate, by its recorded shapes; beyond it the open question stays open.
+RUN_BUDGET_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,8 @@ def find_invalid(view: GraphView) -> Invalid | None:
         if isinstance(found, Invalid):
             return found
         open_question = open_question or found == "open"
-    if open_question and hasattr(view.program, "module"):
+    runnable = hasattr(view.program, "module") and view.lowered  # a lowered graph's shapes were re-traced
+    if open_question and runnable and sum(recorded_bytes(n) for n in view.nodes) <= RUN_BUDGET_BYTES:
         return _first_failing(view)
     return None
 

@@ -123,6 +123,7 @@ def test_runtime_divisor_and_layer_norm_are_left_with_reasons(quantized: Callabl
     assert peak.bytes == peak.fp32_bytes == 4 * (2 * 8 * 16 + 2 * 8) and peak.input_bytes == 0
 
 
+@pytest.mark.slow
 def test_int16_guards_leave_the_island_and_say_why(quantized: Callable[..., Any]) -> None:
     program = quantized("make_scale", int16=True)
     result = fix(program, [example("make_scale")])
@@ -389,6 +390,7 @@ def test_a_dtype_conversion_inside_an_island_is_evaluated_not_replayed(
     assert_same_outputs(unfixed, result.program, seeded(example("make_half_precision_island")))
 
 
+@pytest.mark.slow
 def test_a_per_channel_constant_is_reported_and_left_not_evaluated(quantized: Callable[..., Any]) -> None:
     """A constant that differs by position makes the island no function of one integer: no table."""
     program = quantized("make_per_channel_scale")

@@ -114,3 +114,29 @@ def test_program_json_allows_only_static_aten_programs() -> None:
 def test_printable_escapes_control_characters() -> None:
     assert printable("plain name.pt2") == "plain name.pt2"
     assert printable("a\nb\x1b[2Jc\t") == "a\\nb\\x1b[2Jc\\t"
+
+
+def test_constant_propagation_never_runs_a_huge_or_untrusted_constant() -> None:
+    """`aten.full` of any size is one node in an untrusted program: only small ones are computed."""
+    import torch
+
+    from qlint.graph_view import MAX_COMPUTED_BYTES, computed_constants
+
+    class Masks(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            small = torch.full((8, 8), 0.5)
+            big = torch.full((4096, 4096), 1.0)  # 64 MiB of float32
+            return x * small + big[:8, :8]
+
+    program = torch.export.export(Masks(), (torch.randn(8, 8),))
+    computed = computed_constants(program, trusted_shapes=True)
+    assert 4096 * 4096 * 4 > MAX_COMPUTED_BYTES
+    assert [tuple(v.shape) for v in computed.values()] == []  # both are aten.full: the big one skips the op
+    assert computed_constants(program, trusted_shapes=False) == {}
+
+    class Mask(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.full((8, 8), 0.5) * 2
+
+    computed = computed_constants(torch.export.export(Mask(), (torch.randn(8, 8),)), trusted_shapes=True)
+    assert sorted(float(v.flatten()[0]) for v in computed.values()) == [0.5, 1.0]
