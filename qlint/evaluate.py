@@ -30,7 +30,7 @@ from qlint.islands import Island
 ELEMENTWISE = {
     "div", "mul", "add", "sub", "rsub", "abs", "neg", "reciprocal", "sqrt", "rsqrt", "exp",
     "log", "pow", "clamp", "clamp_min", "clamp_max", "relu", "sigmoid", "tanh", "hardtanh",
-    "minimum", "maximum", "square",
+    "minimum", "maximum", "square", "where",
 }
 
 
