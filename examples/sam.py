@@ -2,18 +2,23 @@
 
 `segment_anything`'s package `__init__` imports torchvision, which is not
 needed by the transformer and does not import beside torch 2.13; the modules it
-asks for are stubbed before the import.
+asks for are stubbed during the import.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
+from collections.abc import Iterator
 
 import torch
 
 
-def _stub_torchvision() -> None:
+@contextlib.contextmanager
+def _torchvision_stubbed() -> Iterator[None]:
+    """Stub modules for the import only: left in `sys.modules`, a stub without `__spec__`
+    breaks other libraries' `importlib.util.find_spec("torchvision")` (transformers' among them)."""
     names = {
         "torchvision": [],
         "torchvision.transforms": [],
@@ -21,17 +26,22 @@ def _stub_torchvision() -> None:
         "torchvision.ops": [],
         "torchvision.ops.boxes": ["batched_nms", "box_area"],
     }
-    for name, attributes in names.items():
-        module = sys.modules.get(name) or types.ModuleType(name)
-        for attribute in attributes:
-            setattr(module, attribute, getattr(module, attribute, None))
+    added = [name for name in names if name not in sys.modules]
+    for name in added:
+        module = types.ModuleType(name)
+        for attribute in names[name]:
+            setattr(module, attribute, None)
         sys.modules[name] = module
+    try:
+        yield
+    finally:
+        for name in added:
+            del sys.modules[name]
 
 
 def make_two_way_transformer() -> tuple:
-    if "torchvision" not in sys.modules:
-        _stub_torchvision()
-    from segment_anything.modeling.transformer import TwoWayTransformer
+    with _torchvision_stubbed():
+        from segment_anything.modeling.transformer import TwoWayTransformer
 
     torch.manual_seed(0)
     model = TwoWayTransformer(depth=2, embedding_dim=32, mlp_dim=64, num_heads=2).eval()
