@@ -11,6 +11,7 @@ that accepts it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,9 @@ def _pattern_op(node: Node) -> str:
     return {"addmm": "linear", "mm": "linear"}.get(base, base)
 
 
+@functools.cache
 def _patterns() -> list[tuple[str, Any]]:
+    """(first op of the pattern, its checker) for every CortexMQuantizer pattern; read once."""
     from executorch.backends.cortex_m.quantizer.quantizer_support import CORTEX_M_QUANTIZER_SUPPORT_DICT
 
     return [(pattern[0]._opname.lstrip("_"), checker) for pattern, checker in CORTEX_M_QUANTIZER_SUPPORT_DICT.items()]

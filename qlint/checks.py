@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import traceback
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from torch.fx import Node
@@ -19,7 +20,7 @@ from qlint.config import Config
 from qlint.findings import ArtifactStats, Finding, Location
 from qlint.folds import Fold, Left, plan_region
 from qlint.graph_view import GraphView, QParams, op_name
-from qlint.islands import coverage, fp32_elements
+from qlint.islands import Coverage, coverage, fp32_elements
 from qlint.lowering import LoweringError, first_line
 from qlint.registry import RULES, Scope, enabled_rules, rule
 from qlint.source import locate
@@ -64,6 +65,11 @@ class Context:
     failure: LoweringError | None = None
     verbose: bool = False
     plans: dict[Region, Fold | Left] = field(default_factory=dict)
+
+    @cached_property
+    def coverage(self) -> Coverage:
+        """For QL005 and the summary row alike."""
+        return coverage(self.view)
 
     def plan(self, region: Region) -> Fold | Left:
         if region not in self.plans:
@@ -187,7 +193,7 @@ def requantize(context: Context, region: Region) -> Finding:
 
 @rule("QL005", Scope.PROGRAM)
 def low_coverage(context: Context) -> list[Finding]:
-    config, cov = context.make.config, coverage(context.view)
+    config, cov = context.make.config, context.coverage
     if cov.ratio >= config.coverage_threshold:
         return []
     listed = ", ".join(f"{name} x{count}" for name, count in cov.fp32_op_counts.most_common())
@@ -262,7 +268,7 @@ def run_rules(
         findings.append(RULES[region.code].function(context, region))
     for program_rule in enabled_rules(Scope.PROGRAM, config):
         findings.extend(program_rule.function(context))
-    cov = coverage(view)
+    cov = context.coverage
     stats = ArtifactStats(
         artifact=artifact,
         nodes=sum(1 for n in view.nodes if n.op == "call_function"),

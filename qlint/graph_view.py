@@ -207,6 +207,13 @@ def recorded_bytes(node: Node) -> float:
         return math.inf
 
 
+def known_operator(node: Node) -> bool:
+    """A torch or ExecuTorch operator; a `.pte` may name others, whose stand-ins must never run."""
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+
+    return isinstance(node.target, (torch._ops.OpOverload, EdgeOpOverload))
+
+
 def computed_constants(program: Any, trusted_shapes: bool) -> dict[Node, torch.Tensor]:
     """The call_function nodes that no runtime input reaches, with their values.
 
@@ -218,15 +225,12 @@ def computed_constants(program: Any, trusted_shapes: bool) -> dict[Node, torch.T
     """
     if not trusted_shapes:
         return {}
-    from executorch.exir.dialects.edge._ops import EdgeOpOverload
     from executorch.exir.passes.constant_prop_pass import get_propagated_const_tensor_dict
 
     calls = [n for n in program.graph_module.graph.nodes if n.op == "call_function"]
     skip = {
         n.target for n in calls
-        # A `.pte` may name operators torch does not know (stand-ins that must never run).
-        if (n.target is not operator.getitem and not isinstance(n.target, (torch._ops.OpOverload, EdgeOpOverload)))
-        or recorded_bytes(n) > MAX_COMPUTED_BYTES
+        if (n.target is not operator.getitem and not known_operator(n)) or recorded_bytes(n) > MAX_COMPUTED_BYTES
     }
     values = get_propagated_const_tensor_dict(program, skip)
     return {n: v for n, v in values.items() if n.op == "call_function" and isinstance(v, torch.Tensor)}

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.fx import Interpreter, Node
 
-from qlint.graph_view import GraphView, Kind, op_name, output_dtype, output_value, recorded_bytes
+from qlint.graph_view import GraphView, Kind, known_operator, op_name, output_dtype, output_value, recorded_bytes
 
 INTEGER = (torch.int8, torch.int16, torch.int32, torch.uint8)
 # What one run of a program may allocate, by its recorded shapes; beyond it the open question stays open.
@@ -53,12 +53,6 @@ def _elementwise(node: Node, inputs: list[Node]) -> bool:
     except RuntimeError:
         return False
     return tuple(shape) == tuple(out.shape)
-
-
-def _known_operator(node: Node) -> bool:
-    from executorch.exir.dialects.edge._ops import EdgeOpOverload
-
-    return isinstance(node.target, (torch._ops.OpOverload, EdgeOpOverload))
 
 
 def _probe(node: Node, inputs: list[Node]) -> str | None:
@@ -110,7 +104,7 @@ def static_problem(view: GraphView, node: Node) -> Invalid | str | None:
     name = op_name(node)
     if kind in (Kind.QUANTIZE, Kind.DEQUANTIZE, Kind.SHAPE, Kind.OTHER) or not name.startswith("aten."):
         return None
-    if not _known_operator(node):
+    if not known_operator(node):
         return None  # a `.pte` may name operators torch does not know: nothing to probe
     if not any(output_dtype(a) in INTEGER for a in inputs):
         return None
