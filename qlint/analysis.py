@@ -152,10 +152,12 @@ def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland 
     island is not one."""
     bases = [base_name(op_name(n)) for n in island.compute]
     norm = sorted({op_name(n) for n, b in zip(island.compute, bases, strict=True) if b in NORMALIZATION_OPS})
-    if norm:
-        return f"data-dependent normalization ({', '.join(norm)})"
     affine = SCALE_OPS | OFFSET_OPS
     other = sorted({op_name(n) for n, b in zip(island.compute, bases, strict=True) if b not in affine})
+    if norm:
+        # Other ops in the same island (a stem convolution before a LayerNorm) keep their own cause.
+        rest = [n for n, b in zip(island.compute, bases, strict=True) if b not in NORMALIZATION_OPS | affine]
+        return "; ".join([f"data-dependent normalization ({', '.join(norm)})", *(str(c) for c in causes(rest))])
     dq = runtime_input(view, island)
     inside = set(island.nodes)
     steps = []

@@ -119,3 +119,19 @@ def test_vit_patch_embedding_names_channels_last(zoo: dict[str, tuple[Any, tuple
     [conv] = [f for f in findings if f.details.get("ops") == ["aten.convolution.default"]]
     assert "CortexMConv2DCheck" in conv.details["reason"]
     assert "model.to(memory_format=torch.channels_last)" in conv.details["reason"]
+
+
+def test_convnext_stem_island_keeps_the_convolution_cause() -> None:
+    """The NCHW stem conv and the LayerNorm after it are one island: both causes are named."""
+    from transformers import ConvNextConfig, ConvNextModel
+
+    from qlint.quantize import quantize
+
+    torch.manual_seed(0)
+    config = ConvNextConfig(num_channels=3, hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, image_size=16)
+    example = (torch.randn((1, 3, 16, 16), generator=torch.Generator().manual_seed(1)),)
+    program = quantize(LastHiddenState(ConvNextModel(config), "pixel_values"), example, [example])
+    [stem] = [f for f in lint_program(program, "convnext", Config()).findings
+              if "aten.convolution.default" in f.details.get("ops", [])]
+    assert stem.details["reason"].startswith("data-dependent normalization (aten.native_layer_norm.default); "
+                                             "aten.convolution.default: CortexMQuantizer's conv2d pattern refused it")
