@@ -295,14 +295,18 @@ def make_conv_hardswish() -> tuple:
     return ConvHardswish().eval(), _batches(shapes, 1)[0], _batches(shapes)
 
 
-def make_conv_hardswish_channels_last() -> tuple:
-    model, example, calibration = make_conv_hardswish()
+def as_channels_last(model: nn.Module, example: tuple, calibration: list) -> tuple:
+    """The same model, example and batches in channels_last (what CortexMQuantizer's conv pattern needs)."""
     last = torch.channels_last
-    return (
-        model.to(memory_format=last),
-        tuple(t.contiguous(memory_format=last) for t in example),
-        [tuple(t.contiguous(memory_format=last) for t in batch) for batch in calibration],
-    )
+
+    def moved(batch: tuple) -> tuple:
+        return tuple(t.contiguous(memory_format=last) if t.dim() == 4 else t for t in batch)
+
+    return model.to(memory_format=last), moved(example), [moved(batch) for batch in calibration]
+
+
+def make_conv_hardswish_channels_last() -> tuple:
+    return as_channels_last(*make_conv_hardswish())
 
 
 class Clamp(nn.Module):

@@ -116,21 +116,16 @@ def _flatten(value: Any) -> list[torch.Tensor]:
 def verification_inputs(
     example: tuple[Any, ...] | None, extra: Sequence[tuple[Any, ...]] = (), seeds: int = 8
 ) -> list[tuple[Any, ...]]:
-    """The artifact's own inputs plus `seeds` seeded random batches of the same shapes."""
+    """The artifact's own inputs plus `seeds` seeded random batches of the same shapes and layouts."""
+    from qlint.readers import seeded_like
+
     batches = [b for b in ([example] if example else []) + list(extra)]
     if not batches:
         return []
     template = batches[0]
     for seed in range(seeds):
         generator = torch.Generator().manual_seed(seed)
-        batches.append(
-            tuple(
-                torch.randn(t.shape, generator=generator, dtype=t.dtype) * 2
-                if isinstance(t, torch.Tensor) and t.is_floating_point()
-                else t
-                for t in template
-            )
-        )
+        batches.append(tuple(seeded_like(t, generator, scale=2.0) for t in template))
     return batches
 
 

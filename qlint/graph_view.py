@@ -239,13 +239,15 @@ def computed_constants(program: Any, trusted_shapes: bool) -> dict[Node, torch.T
 class GraphView:
     """Kinds, qparams and constants for the nodes of one ExportedProgram."""
 
-    def __init__(self, program: Any) -> None:
+    def __init__(self, program: Any, trusted_shapes: bool | None = None) -> None:
         self.program = program
         self.graph = program.graph_module.graph
         self.nodes: list[Node] = list(self.graph.nodes)
         self.lowered = any(op_name(n).startswith("cortex_m.") for n in self.nodes)
-        # Lowered graphs were re-traced by ExecuTorch, so their recorded shapes are the real ones.
-        self._computed = computed_constants(program, trusted_shapes=self.lowered)
+        # Lowered graphs were re-traced by ExecuTorch, so their recorded shapes are the real ones
+        # (a `.pte` reader checks its shapes against the operators' meta kernels and says so).
+        trusted = self.lowered if trusted_shapes is None else trusted_shapes
+        self._computed = computed_constants(program, trusted_shapes=trusted)
         self._kinds: dict[Node, Kind] = {}
         for node in self.nodes:
             self._kinds[node] = self._classify(node)

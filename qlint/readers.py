@@ -125,3 +125,14 @@ def sample_inputs(program: Any) -> tuple[Any, ...] | None:
         return None
     args, kwargs = example
     return tuple(args) if not kwargs else None
+
+
+def seeded_like(template: Any, generator: Any, scale: float = 1.0) -> Any:
+    """A seeded normal tensor with the template's shape, dtype and strides (channels_last stays
+    channels_last: a lowered program's layout is fixed by its inputs'); non-float inputs are kept."""
+    import torch
+
+    if not isinstance(template, torch.Tensor) or not template.is_floating_point():
+        return template
+    values = torch.randn(tuple(template.shape), generator=generator, dtype=template.dtype) * scale
+    return torch.empty_strided(template.shape, template.stride(), dtype=template.dtype).copy_(values)

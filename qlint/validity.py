@@ -142,6 +142,7 @@ class _Tracking(Interpreter):
 
 def _first_failing(view: GraphView) -> Invalid | None:
     from qlint.lowering import first_line
+    from qlint.readers import seeded_like
 
     module = view.program.module()
     generator = torch.Generator().manual_seed(0)
@@ -152,10 +153,8 @@ def _first_failing(view: GraphView) -> Invalid | None:
         val = output_value(node)
         if not isinstance(val, torch.Tensor):
             return None  # not a tensor input this check can make up
-        if val.is_floating_point():
-            inputs.append(torch.randn(tuple(val.shape), generator=generator, dtype=val.dtype))
-        else:
-            inputs.append(torch.zeros(tuple(val.shape), dtype=val.dtype))
+        template = torch.zeros_like(val, device="cpu")  # keeps the recorded strides
+        inputs.append(seeded_like(template, generator))
     runner = _Tracking(module)
     try:
         with torch.no_grad():
