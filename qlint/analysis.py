@@ -157,7 +157,8 @@ def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland 
     if norm:
         # Other ops in the same island (a stem convolution before a LayerNorm) keep their own cause.
         rest = [n for n, b in zip(island.compute, bases, strict=True) if b not in NORMALIZATION_OPS | affine]
-        return "; ".join([f"data-dependent normalization ({', '.join(norm)})", *(str(c) for c in causes(rest))])
+        named = [str(c) for c in causes(rest, view.as_quantized)]
+        return "; ".join([f"data-dependent normalization ({', '.join(norm)})", *named])
     dq = runtime_input(view, island)
     inside = set(island.nodes)
     steps = []
@@ -169,7 +170,7 @@ def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland 
             return step
         steps.append(step)
     if other:
-        return "; ".join(str(c) for c in causes([n for n in island.compute if op_name(n) in other]))
+        return "; ".join(str(c) for c in causes([n for n in island.compute if op_name(n) in other], view.as_quantized))
     if dq is None:
         return "more than one runtime input, or an input that is not dequantized"
     outs = [o for o in island.outputs if view.kind(o) == Kind.QUANTIZE]
@@ -186,7 +187,8 @@ def _runtime_operand(view: GraphView, node: Node, outside: list[Node]) -> str:
     inputs = [a for a in outside if view.kind(a) == Kind.INPUT]
     operand = inputs[0] if inputs else cast(Node, node.args[1])
     unquantized = ", an fp32 graph input that was never quantized" if inputs else ""
-    return f"runtime (non-constant) operand {operand.name} of {op_name(node)}{unquantized}; {cause_of(node)}"
+    cause = cause_of(node, view.as_quantized)
+    return f"runtime (non-constant) operand {operand.name} of {op_name(node)}{unquantized}; {cause}"
 
 
 def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_elements: int) -> ScaleStep | str:

@@ -12,6 +12,7 @@ that accepts it.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,11 @@ _CHECKERS = {
     "CortexMConvTranspose2DCheck": ("channels_last tensors", CHANNELS_LAST),
     "CortexMAvgPool2DCheck": ("channels_last tensors", CHANNELS_LAST),
     "CortexMMaxPool2DCheck": ("channels_last tensors", CHANNELS_LAST),
+    "CortexMSoftmaxCheck": (
+        "a softmax over the last dimension of a contiguous tensor, or over the channels of a tensor whose "
+        "strides read as channels_last (as any [N, C, 1, 1] tensor's do)",
+        "",
+    ),
     "CortexMAddMulCheck": (
         "operands of one shape, or a per-channel broadcast on channels_last tensors",
         "expand the smaller operand to the other's shape (a per-channel [N, C, 1, 1] operand may "
@@ -66,6 +72,17 @@ def _patterns() -> list[tuple[str, Any]]:
     return [(pattern[0]._opname.lstrip("_"), checker) for pattern, checker in CORTEX_M_QUANTIZER_SUPPORT_DICT.items()]
 
 
+def _explicit_layout_covers(wanted: str) -> bool:
+    from executorch.backends.cortex_m.quantizer.quantizer_support import (
+        CORTEX_M_EXPLICIT_LAYOUT_QUANTIZER_SUPPORT_DICT,
+    )
+
+    return any(pattern[0]._opname.lstrip("_") == wanted for pattern in CORTEX_M_EXPLICIT_LAYOUT_QUANTIZER_SUPPORT_DICT)
+
+
+FAST_PATH_OPS = ("transformer_encoder_layer_fwd", "native_multi_head_attention")  # leading "_" stripped
+FAST_PATH_OFF = ("fix: export with the fast path off: call torch.backends.mha.set_fastpath_enabled(False) "
+                 "before torch.export.export")
 SDPA = "scaled_dot_product"
 UNFUSED = ("fix: write the attention unfused (`q @ k.transpose(-2, -1) * scale`, softmax, `@ v`) "
            "so each op meets its quantizer pattern")
@@ -78,18 +95,49 @@ def _from_sdpa(node: Node) -> bool:
     return any(SDPA in origin for origin in origins)
 
 
-def cause_of(node: Node) -> Cause:
-    """Why `node` is fp32 after lowering, as far as the quantizer's own checks tell."""
+def _fused_with(node: Node, wanted: str) -> Node | None:
+    """The producer whose pattern `node` would complete (conv2d -> relu), when no pattern starts with it."""
+    producer = node.args[0] if node.args else None
+    if not isinstance(producer, Node):
+        return None
+    first = _pattern_op(producer)
+    from executorch.backends.cortex_m.quantizer.quantizer_support import CORTEX_M_QUANTIZER_SUPPORT_DICT
+
+    for pattern in CORTEX_M_QUANTIZER_SUPPORT_DICT:
+        names = [p._opname.lstrip("_") for p in pattern]
+        if len(names) > 1 and names[0] == first and wanted in names[1:]:
+            return producer
+    return None
+
+
+def cause_of(node: Node, as_quantized: Callable[[Node], Node] = lambda n: n) -> Cause:
+    """Why `node` is fp32 after lowering, as far as the quantizer's own checks tell.
+
+    The checkers run on the node as the quantizer saw it (`as_quantized`): lowering
+    changes layouts (a lowered pool hands on channels_last tensors), the quantizer's
+    decision was made before.
+    """
     op, wanted = op_name(node), _pattern_op(node)
+    if wanted in FAST_PATH_OPS:
+        return Cause((op,), "PyTorch's fused inference fast path (nn.TransformerEncoderLayer or nn.MultiheadAttention "
+                            "exported under no_grad/inference_mode), one opaque op no CortexMQuantizer pattern covers",
+                     FAST_PATH_OFF)
     if _from_sdpa(node):
         return Cause((op,), "part of F.scaled_dot_product_attention, which no CortexMQuantizer pattern covers", UNFUSED)
     checkers = list({checker: None for name, checker in _patterns() if name == wanted})
     if not checkers:
+        producer = _fused_with(node, wanted)
+        if producer is not None:  # its pattern's verdict is the op's
+            inner = cause_of(producer, as_quantized)
+            return Cause((op,), inner.why, inner.remedy)
+        if _explicit_layout_covers(wanted):
+            return Cause((op,), "no CortexMQuantizer pattern covers it (only the experimental explicit-layout "
+                                "patterns, CortexMQuantizer(use_explicit_layout=True), have one)")
         return Cause((op,), "no CortexMQuantizer pattern covers it")
     refused = []
     for checker in checkers:
         try:
-            accepted = checker.check_pattern([node])
+            accepted = checker.check_pattern([as_quantized(node)])
         except Exception:  # a checker written for the quantizer's graph may not read this one
             accepted = True
         if accepted:
@@ -99,15 +147,15 @@ def cause_of(node: Node) -> Cause:
     requirement = f": it needs {needs[0][0]}" if needs else ""
     return Cause(
         (op,), f"CortexMQuantizer's {wanted} pattern refused it ({', '.join(refused)}){requirement}",
-        f"fix: {needs[0][1]}" if needs else "",
+        f"fix: {needs[0][1]}" if needs and needs[0][1] else "",
     )
 
 
-def causes(nodes: list[Node]) -> list[Cause]:
+def causes(nodes: list[Node], as_quantized: Callable[[Node], Node] = lambda n: n) -> list[Cause]:
     """The causes of these ops, ops with the same cause named together, in graph order."""
     merged: dict[tuple[str, str], list[str]] = {}
     for node in nodes:
-        cause = cause_of(node)
+        cause = cause_of(node, as_quantized)
         ops = merged.setdefault((cause.why, cause.remedy), [])
         ops.extend(op for op in cause.ops if op not in ops)
     return [Cause(tuple(ops), why, remedy) for (why, remedy), ops in merged.items()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -16,14 +17,15 @@ from typing import Any
 from torch.fx import Node
 
 from qlint.analysis import Analysis, Evaluations, Region, ScaleIsland, analyse
+from qlint.causes import cause_of
 from qlint.config import Config
 from qlint.findings import ArtifactStats, Finding, Location
 from qlint.folds import Fold, Left, plan_region
-from qlint.graph_view import GraphView, QParams, op_name
+from qlint.graph_view import GraphView, Kind, QParams, op_name
 from qlint.islands import Coverage, coverage, fp32_elements
 from qlint.lowering import LoweringError, first_line
 from qlint.registry import RULES, Scope, enabled_rules, rule
-from qlint.source import locate
+from qlint.source import locate, module_path
 from qlint.validity import Invalid, find_invalid
 
 
@@ -43,13 +45,18 @@ class FindingFactory:
     def make(
         self, code: str, message: str, nodes: tuple[Node, ...] = (), fixable: bool = False, **details: Any
     ) -> Finding:
+        location = self.location(*nodes)
+        if location is None:  # code inside torch: the module that ran it
+            module = next((m for n in nodes if (m := module_path(n.meta.get("nn_module_stack")))), None)
+            if module:
+                details["module"] = module
         return Finding(
             code=code,
             severity=self.config.severity(code),
             message=message,
             artifact=self.artifact,
             node=nodes[0].name if nodes else "",
-            location=self.location(*nodes),
+            location=location,
             fixable=fixable,
             details=details,
         )
@@ -197,16 +204,36 @@ def low_coverage(context: Context) -> list[Finding]:
     if cov.ratio >= config.coverage_threshold:
         return []
     listed = ", ".join(f"{name} x{count}" for name, count in cov.fp32_op_counts.most_common())
+    by_cause = fp32_causes(context)
+    main = f"; main cause ({by_cause[0][1]} ops): {by_cause[0][0]}" if by_cause else ""
     return [
         context.make.make(
             "QL005",
             f"int8 coverage {_percent_down(cov.ratio)} < {config.coverage_threshold * 100:g}%: "
-            f"{cov.total - cov.int_ops} of {cov.total} compute ops run in fp32 ({listed})",
+            f"{cov.total - cov.int_ops} of {cov.total} compute ops run in fp32 ({listed}){main}",
             coverage=cov.ratio,
             fp32_ops=dict(cov.fp32_op_counts),
             int_ops=cov.int_ops,
+            causes=[{"cause": cause, "ops": count} for cause, count in by_cause],
         )
     ]
+
+
+def fp32_causes(context: Context) -> list[tuple[str, int]]:
+    """Why the fp32 compute ops are fp32, most ops first: the reason of the island each one is in
+    (a constant scale is QL001's), or the quantizer's verdict on the op itself."""
+    counts: Counter[str] = Counter()
+    seen: set[Node] = set()
+    for region in context.analysis.regions:
+        if region.code in ("QL001", "QL002"):
+            reason = "a constant scale between quantized ops (QL001)" if region.scale else region.reason
+            counts[reason] += len(region.island.compute)
+            seen.update(region.island.compute)
+    view = context.view
+    rest = [n for n in view.nodes if view.kind(n) == Kind.FP_COMPUTE and n not in seen]
+    for node in rest:
+        counts[str(cause_of(node, view.as_quantized))] += 1
+    return counts.most_common()
 
 
 def invalid_message(invalid: Invalid) -> str:

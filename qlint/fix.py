@@ -239,7 +239,7 @@ def fix_program(
     lowered.graph_module.graph.lint()
     lowered.graph_module.recompile()
     require_same_outputs(reference, run_program(lowered, inputs))
-    view = GraphView(lowered)
+    view = GraphView(lowered, quantized=program)
     after_fix = run_rules(view, artifact, config, verbose=options.verbose, evaluations=linted.analysis.evaluations)
     after = to_pte(lowered, config.root, "fixed")
     summary.fp32_ops = (ops_before, float_op_count(view))

@@ -239,8 +239,10 @@ def computed_constants(program: Any, trusted_shapes: bool) -> dict[Node, torch.T
 class GraphView:
     """Kinds, qparams and constants for the nodes of one ExportedProgram."""
 
-    def __init__(self, program: Any, trusted_shapes: bool | None = None) -> None:
+    def __init__(self, program: Any, trusted_shapes: bool | None = None, quantized: Any = None) -> None:
         self.program = program
+        # The quantized program this one was lowered from: what the quantizer saw, by node name.
+        self._quantized = {n.name: n for n in quantized.graph.nodes} if quantized is not None else {}
         self.graph = program.graph_module.graph
         self.nodes: list[Node] = list(self.graph.nodes)
         self.lowered = any(op_name(n).startswith("cortex_m.") for n in self.nodes)
@@ -251,6 +253,12 @@ class GraphView:
         self._kinds: dict[Node, Kind] = {}
         for node in self.nodes:
             self._kinds[node] = self._classify(node)
+
+    def as_quantized(self, node: Node) -> Node:
+        """The node of the quantized program that `node` was lowered from (export records it in
+        `from_node`), or `node` itself."""
+        sources = node.meta.get("from_node") or []
+        return self._quantized.get(sources[0].name, node) if sources else node
 
     def is_constant(self, node: Node) -> bool:
         """No runtime input reaches it: a parameter, buffer or literal, or computed from them

@@ -27,6 +27,6 @@ def lint_program(program: Any, artifact: str, config: Config, options: RunOption
         lowered = run_passes(edge.exported_program(), config.target_cpu, options.order)
     except LoweringError as exc:
         return run_rules(GraphView(program), artifact, config, failure=exc, verbose=options.verbose)
-    linted = run_rules(GraphView(lowered), artifact, config, verbose=options.verbose)
+    linted = run_rules(GraphView(lowered, quantized=program), artifact, config, verbose=options.verbose)
     linted.lowered = lowered
     return linted

@@ -23,18 +23,60 @@ def _where(f: Finding) -> str:
     return f"{f.location}" if f.location else f.artifact
 
 
+def by_cause(findings: list[Finding]) -> list[list[Finding]]:
+    """Findings in report order, with the QL002 islands of one artifact that share a cause gathered
+    where the first of them stands: a network of 50 NCHW convolutions is one root cause, not 50."""
+    groups: list[list[Finding]] = []
+    index: dict[tuple[Any, ...], list[Finding]] = {}
+    for f in findings:
+        reason = f.details.get("reason") if f.code == "QL002" else None
+        if not reason:
+            groups.append([f])
+            continue
+        key = (f.artifact, f.code, f.severity, f.fixable, reason)
+        if key in index:
+            index[key].append(f)
+        else:
+            index[key] = [f]
+            groups.append(index[key])
+    return groups
+
+
+def _listed(items: list[str], shown: int = 3) -> str:
+    more = f" (+{len(items) - shown} more)" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
+def _finding_lines(group: list[Finding], quiet: bool) -> list[str]:
+    f = group[0]
+    fix = " [*]" if f.fixable else ""
+    if len(group) == 1:
+        lines = [f"{f.artifact}: {f.code}{fix} [{f.severity}] {f.message}"]
+    else:
+        elements = sum(int(g.details.get("fp32_elements", 0)) for g in group)
+        lines = [f"{f.artifact}: {f.code}{fix} [{f.severity}] {len(group)} fp32 islands, {elements} fp32 elements "
+                 f"per inference: {f.details['reason']}"]
+    if quiet:
+        return lines
+    places = list(dict.fromkeys(g.location for g in group if g.location))
+    if places:
+        code = f"  {places[0].code}" if places[0].code else ""
+        lines.append(f"  --> {places[0]}{code}")
+        if len(places) > 1:
+            lines.append(f"  and at {_listed([str(p) for p in places[1:]])}")
+    elif f.details.get("module"):
+        modules = list(dict.fromkeys(str(g.details.get("module")) for g in group if g.details.get("module")))
+        lines.append(f"  --> in module {_listed(modules)}")
+    nodes = [g.node for g in group if g.node]
+    if nodes:
+        lines.append(f"  {'node' if len(nodes) == 1 else 'nodes'}: {_listed(nodes)}")
+    return lines
+
+
 def text(report: Report, *, quiet: bool = False) -> str:
     lines = []
-    for f in report.findings:
-        fix = " [*]" if f.fixable else ""
-        head = f"{f.artifact}: {f.code}{fix} [{f.severity}] {f.message}"
-        lines.append(head)
-        if not quiet:
-            if f.location:
-                code = f"  {f.location.code}" if f.location.code else ""
-                lines.append(f"  --> {f.location}{code}")
-            if f.node:
-                lines.append(f"  node: {f.node}")
+    for group in by_cause(report.findings):
+        lines.extend(_finding_lines(group, quiet))
     for summary in report.fixes:
         lines.extend(fix_lines(summary))
     lines = [printable(line) for line in lines]  # names and messages come from artifacts

@@ -8,6 +8,7 @@ import sys
 import sysconfig
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from qlint.findings import Location
 from qlint.inputs import printable, shown_path
@@ -79,3 +80,17 @@ def locate(stack_trace: str | None, root: Path) -> Location | None:
     except (OSError, RuntimeError):  # a symlink loop named by the artifact
         pass
     return Location(printable(display_path(path, root)), line, printable(code), str(absolute))
+
+
+def module_path(nn_module_stack: Any) -> str | None:
+    """`layers.0.self_attn (MultiheadAttention)`: the innermost module that made a node, for nodes
+    whose stack trace has no frame in the user's code (code inside torch, nn.MultiheadAttention)."""
+    if not isinstance(nn_module_stack, dict) or not nn_module_stack:
+        return None
+    entry = list(nn_module_stack.values())[-1]
+    if not isinstance(entry, tuple) or len(entry) != 2:
+        return None
+    path, kind = entry
+    name = getattr(kind, "__name__", None) or str(kind).rsplit(".", 1)[-1].rstrip("'>")
+    path = str(path).replace("L['self'].", "") or "the model"
+    return printable(f"{path[:200]} ({name[:80]})")

@@ -39,14 +39,15 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def quantized() -> Callable[..., Any]:
     """`quantized("make_attention", int16=False)` -> a quantized ExportedProgram, cached."""
-    from examples import models, sam
+    from examples import models, sam, zoo
     from qlint.quantize import quantize
 
     cache: dict[tuple[str, bool], Any] = {}
 
     def get(name: str, int16: bool = False) -> Any:
         if (name, int16) not in cache:
-            factory = getattr(sam if name == "make_two_way_transformer" else models, name)
+            module = next(m for m in (models, sam, zoo) if hasattr(m, name))
+            factory = getattr(module, name)
             model, example, calibration = factory()
             config = None
             if int16:

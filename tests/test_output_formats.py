@@ -98,3 +98,31 @@ def test_statistics(attention: Path, capsys: pytest.CaptureFixture[str]) -> None
     rows = [line.split() for line in out.strip().splitlines()]
     assert rows == [["1", "QL001", "[*]", "constant-scale-island"], ["1", "QL004", "[*]", "requantize-pair"],
                     ["1", "QL005", "int8-coverage"]]
+
+
+def test_text_gathers_islands_of_one_cause_and_json_keeps_each() -> None:
+    """50 NCHW convolutions read as one root cause with a count; JSON and SARIF keep one per op."""
+    from qlint.findings import Finding, Location, Report, Severity
+    from qlint.reporters import as_json, text
+
+    cause = "aten.convolution.default: CortexMQuantizer's conv2d pattern refused it (CortexMConv2DCheck)"
+    findings = [
+        Finding("QL002", Severity.WARNING, f"fp32 island (aten.convolution.default), 10 fp32 elements per inference: "
+                f"{cause}", "net.pt2", f"conv_{i}", Location("net.py", 10 + i % 2, "x = self.conv(x)"),
+                details={"reason": cause, "fp32_elements": 10})
+        for i in range(50)
+    ]
+    other = Finding("QL002", Severity.WARNING, "fp32 island (aten.erf.default), 4 fp32 elements per inference: x",
+                    "net.pt2", "erf", None, details={"reason": "x", "fp32_elements": 4, "module": "act (GELU)"})
+    report = Report(findings=[findings[0], other, *findings[1:]])
+    lines = text(report).splitlines()
+    assert lines[:7] == [
+        f"net.pt2: QL002 [warning] 50 fp32 islands, 500 fp32 elements per inference: {cause}",
+        "  --> net.py:10  x = self.conv(x)",
+        "  and at net.py:11",
+        "  nodes: conv_0, conv_1, conv_2 (+47 more)",
+        "net.pt2: QL002 [warning] fp32 island (aten.erf.default), 4 fp32 elements per inference: x",
+        "  --> in module act (GELU)",
+        "  node: erf",
+    ]
+    assert len(json.loads(as_json(report))["findings"]) == 51

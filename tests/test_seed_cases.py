@@ -265,3 +265,20 @@ def test_a_broadcast_mask_input_names_the_add_check_and_the_expand(linted: Calla
     assert reason.startswith("runtime (non-constant) operand cortex_m_dequantize_per_tensor_default of aten.add.Tensor; ")
     assert "CortexMQuantizer's add pattern refused it (CortexMAddMulCheck)" in reason
     assert "fix: expand the smaller operand to the other's shape" in reason
+
+
+def test_a_fused_fast_path_op_in_an_artifact_names_the_fast_path_and_how_to_export_without_it() -> None:
+    import torch
+    from torch.fx import Graph
+
+    from qlint.causes import cause_of
+
+    graph = Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(1, 8, 16, device="meta")
+    args = (x, 16, 2, *(None,) * 11)
+    node = graph.call_function(torch.ops.aten._transformer_encoder_layer_fwd.default, args)
+    node.meta["val"] = x.meta["val"]
+    cause = cause_of(node)
+    assert cause.why.startswith("PyTorch's fused inference fast path")
+    assert "torch.backends.mha.set_fastpath_enabled(False)" in cause.remedy

@@ -1,137 +1,153 @@
-"""Public architectures from `transformers`, at tiny configs with seeded random weights (no
-downloads): their attention scales hide behind in-graph constants and masks, and stay fp32 for
-reasons decided at export and quantization time."""
+"""Public architectures (examples/zoo.py) at tiny configs with seeded random weights, no downloads:
+their attention scales hide behind in-graph constants and masks, and stay fp32 for reasons decided
+at export and quantization time. Each is checked, fixed, and read back from its `.pte`."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-import torch
 
+from examples.zoo import ZOO
 from qlint.api import fix
 from qlint.config import Config
 from qlint.graph_view import op_name
-from qlint.program import lint_program
+from qlint.pte import lint_pte
 
 pytestmark = pytest.mark.slow
 
-
-class LastHiddenState(torch.nn.Module):
-    """The model called with one tensor keyword (`inputs_embeds`, `pixel_values`), no mask."""
-
-    def __init__(self, model: torch.nn.Module, key: str) -> None:
-        super().__init__()
-        self.model, self.key = model.eval(), key
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(**{self.key: x}).last_hidden_state
+ZOO_MODELS = [f"make_{name}" for name in ZOO]
+# Attention layers whose scale is a `div`/`mul` island between quantized ops.
+SCALES = {"make_bert": 2, "make_distilbert": 1, "make_vit": 1, "make_whisper_encoder": 2, "make_mobilevit": 2}
 
 
-def bert() -> tuple[torch.nn.Module, tuple[int, ...]]:
-    from transformers import BertConfig, BertModel
-
-    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=16, attn_implementation="eager")
-    return LastHiddenState(BertModel(config), "inputs_embeds"), (1, 8, 32)
-
-
-def distilbert() -> tuple[torch.nn.Module, tuple[int, ...]]:
-    from transformers import DistilBertConfig, DistilBertModel
-
-    config = DistilBertConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, hidden_dim=64,
-                              max_position_embeddings=16, attn_implementation="eager")
-    return LastHiddenState(DistilBertModel(config), "inputs_embeds"), (1, 8, 32)
-
-
-def vit() -> tuple[torch.nn.Module, tuple[int, ...]]:
-    from transformers import ViTConfig, ViTModel
-
-    config = ViTConfig(image_size=16, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=1,
-                       num_attention_heads=2, intermediate_size=64, attn_implementation="eager")
-    return LastHiddenState(ViTModel(config, add_pooling_layer=False), "pixel_values"), (1, 3, 16, 16)
-
-
-ZOO: dict[str, Callable[[], tuple[torch.nn.Module, tuple[int, ...]]]] = {
-    "bert": bert, "distilbert": distilbert, "vit": vit,
-}
-
-
-@pytest.fixture(scope="module")
-def zoo() -> dict[str, tuple[Any, tuple[torch.Tensor, ...]]]:
-    """name -> (quantized program, example inputs)."""
-    from qlint.quantize import quantize
-
-    built = {}
-    for name, make in ZOO.items():
-        torch.manual_seed(0)
-        model, shape = make()
-        generator = torch.Generator().manual_seed(1)
-        example = (torch.randn(shape, generator=generator),)
-        calibration = [example, (torch.randn(shape, generator=generator),)]
-        built[name] = (quantize(model, example, calibration), example)
-    return built
+def codes(findings: list[Any]) -> Counter[str]:
+    return Counter(f.code for f in findings)
 
 
 def scales(findings: list[Any]) -> list[Any]:
     return [f for f in findings if f.code == "QL001"]
 
 
-@pytest.mark.parametrize("name", list(ZOO))
-def test_every_eager_attention_scale_is_ql001_and_folds_bit_exact(
-    zoo: dict[str, tuple[Any, tuple[torch.Tensor, ...]]], name: str
+@pytest.fixture(scope="module")
+def fixed(quantized: Callable[..., Any]) -> Callable[[str], Any]:
+    """`fixed("make_bert")` -> qlint's fix of the model, verified on its example and 8 seeded batches."""
+    cache: dict[str, Any] = {}
+
+    def get(name: str) -> Any:
+        if name not in cache:
+            cache[name] = fix(quantized(name), artifact=name)
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", ZOO_MODELS)
+def test_the_pte_of_every_zoo_model_reads_as_its_program(
+    name: str, linted: Callable[..., Any], fixed: Callable[[str], Any]
 ) -> None:
-    program, example = zoo[name]
-    layers = {"bert": 2, "distilbert": 1, "vit": 1}[name]
-    found = scales(lint_program(program, name, Config()).findings)
-    assert len(found) == layers
-    assert all(f.fixable for f in found)
+    """The `.pte` ExecuTorch writes from the lowered program, and the one `qlint fix` writes,
+    report what the programs they were serialized from report."""
+    from qlint.fix import to_pte
+
+    checked = linted(name)
+    assert checked.failure is None and "QL007" not in codes(checked.findings)
+    shipped = to_pte(checked.lowered, Config().root).pte
+    assert codes(lint_pte(shipped, f"{name}.pte", Config())[0]) == codes(checked.findings)
+    result = fixed(name)
+    assert result.summary.verified_inputs == 9  # channels_last programs are fed channels_last batches
+    assert codes(lint_pte(result.pte, f"{name}.fixed.pte", Config())[0]) == codes(result.findings)
+
+
+@pytest.mark.parametrize("name", list(SCALES))
+def test_every_attention_scale_is_ql001_and_folds(name: str, linted: Callable[..., Any], fixed: Callable[[str], Any]) -> None:
+    found = scales(linted(name).findings)
+    assert len(found) == SCALES[name] and all(f.fixable for f in found)
+    family = name.removeprefix("make_").removesuffix("_encoder")
     # Located in the library's own attention code, where the scale is written.
-    assert all(f.location.path.startswith(f"transformers/models/{name}/modeling_") for f in found), [
+    assert all(f.location.path.startswith(f"transformers/models/{family}/modeling_") for f in found), [
         str(f.location) for f in found
     ]
-    result = fix(program, [example])
-    assert [f.code for f in result.summary.folds].count("QL001") == layers
+    result = fixed(name)
+    assert [f.code for f in result.summary.folds].count("QL001") == SCALES[name]
     assert scales(result.findings) == []
-    assert not any(op_name(n).startswith(("aten.div", "aten.mul")) for n in result.program.graph.nodes
+    assert result.summary.verified_inputs == 9  # bit for bit, on the lowered program
+
+
+@pytest.mark.parametrize("name", ["make_bert", "make_distilbert", "make_vit"])
+def test_eager_scales_with_no_mask_are_exact_identities(name: str, linted: Callable[..., Any],
+                                                        fixed: Callable[[str], Any]) -> None:
+    assert all(f.details["identity"] for f in scales(linted(name).findings))
+    folds = [f for f in fixed(name).summary.folds if f.code == "QL001"]
+    assert {f.kind for f in folds} == {"identity"}
+    program = fixed(name).program
+    assert not any(op_name(n).startswith(("aten.div", "aten.mul")) for n in program.graph.nodes
                    if n.op == "call_function")
-    assert result.summary.verified_inputs == 9  # the example and 8 seeded batches, bit for bit
 
 
-def test_bert_scale_carries_the_mask_built_in_the_graph(zoo: dict[str, tuple[Any, tuple[torch.Tensor, ...]]]) -> None:
+def test_bert_scale_carries_the_mask_built_in_the_graph(linted: Callable[..., Any]) -> None:
     """No attention_mask passed: BERT still adds (1 - ones) * finfo.min, built with aten.full."""
-    [first, _] = scales(lint_program(zoo["bert"][0], "bert", Config()).findings)
+    [first, _] = scales(linted("make_bert").findings)
     assert [(c["op"], c["kind"]) for c in first.details["constants"]] == [("div", "buffer"), ("add", "computed")]
     assert first.details["constants"][1]["value"] == 0.0 and first.details["identity"]
 
 
-def test_distilbert_masked_fill_with_an_empty_mask_folds_away(zoo: dict[str, tuple[Any, tuple[torch.Tensor, ...]]]) -> None:
-    program, example = zoo["distilbert"]
-    [where] = [f for f in lint_program(program, "distilbert", Config()).findings if "aten.where.self" in f.details.get("ops", [])]
+def test_distilbert_masked_fill_with_an_empty_mask_folds_away(linted: Callable[..., Any],
+                                                              fixed: Callable[[str], Any]) -> None:
+    [where] = [f for f in linted("make_distilbert").findings if "aten.where.self" in f.details.get("ops", [])]
     assert where.code == "QL002" and where.fixable
     assert where.details["reason"] == "aten.where.self: no CortexMQuantizer pattern covers it"
-    assert ("QL002", "identity") in [(f.code, f.kind) for f in fix(program, [example]).summary.folds]
+    assert ("QL002", "identity") in [(f.code, f.kind) for f in fixed("make_distilbert").summary.folds]
 
 
-def test_vit_patch_embedding_names_channels_last(zoo: dict[str, tuple[Any, tuple[torch.Tensor, ...]]]) -> None:
-    findings = lint_program(zoo["vit"][0], "vit", Config()).findings
-    [conv] = [f for f in findings if f.details.get("ops") == ["aten.convolution.default"]]
-    assert "CortexMConv2DCheck" in conv.details["reason"]
-    assert "model.to(memory_format=torch.channels_last)" in conv.details["reason"]
+@pytest.mark.parametrize("name", ["make_vit", "make_resnet", "make_mobilenet", "make_mobilevit"])
+def test_nchw_convolutions_name_channels_last(name: str, linted: Callable[..., Any]) -> None:
+    findings = linted(name).findings
+    convs = [f for f in findings if "aten.convolution.default" in f.details.get("ops", [])]
+    # Judged on the graph the quantizer saw: after lowering, a lowered pool hands on channels_last tensors.
+    assert convs and all("conv2d pattern refused it (CortexMConv2DCheck)" in f.details["reason"] for f in convs)
+    assert not any("yet stayed fp32" in f.details["reason"] for f in findings)
+    assert any("model.to(memory_format=torch.channels_last)" in f.details["reason"] for f in convs)
 
 
-def test_convnext_stem_island_keeps_the_convolution_cause() -> None:
+@pytest.mark.parametrize("name", ["make_resnet_channels_last", "make_mobilenet_channels_last"])
+def test_the_same_networks_exported_channels_last_are_all_int8(name: str, linted: Callable[..., Any]) -> None:
+    checked = linted(name)
+    assert checked.findings == [] and checked.stats.coverage == 1.0 and checked.stats.fp32_islands == 0
+
+
+def test_convnext_stem_island_keeps_the_convolution_cause(linted: Callable[..., Any]) -> None:
     """The NCHW stem conv and the LayerNorm after it are one island: both causes are named."""
-    from transformers import ConvNextConfig, ConvNextModel
-
-    from qlint.quantize import quantize
-
-    torch.manual_seed(0)
-    config = ConvNextConfig(num_channels=3, hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, image_size=16)
-    example = (torch.randn((1, 3, 16, 16), generator=torch.Generator().manual_seed(1)),)
-    program = quantize(LastHiddenState(ConvNextModel(config), "pixel_values"), example, [example])
-    [stem] = [f for f in lint_program(program, "convnext", Config()).findings
-              if "aten.convolution.default" in f.details.get("ops", [])]
+    [stem] = [f for f in linted("make_convnext").findings if "aten.convolution.default" in f.details.get("ops", [])]
     assert stem.details["reason"].startswith("data-dependent normalization (aten.native_layer_norm.default); "
                                              "aten.convolution.default: CortexMQuantizer's conv2d pattern refused it")
+
+
+def test_transformer_encoder_sdpa_is_one_finding_per_layer_with_its_cause(linted: Callable[..., Any]) -> None:
+    """nn.TransformerEncoder (one layer) attends with SDPA: no quantizer pattern covers it, and qlint says so."""
+    sdpa = [f for f in linted("make_transformer_encoder").findings
+            if "F.scaled_dot_product_attention" in f.details.get("reason", "")]
+    assert len(sdpa) == 1
+    assert "runtime" not in sdpa[0].details["reason"] and "unfused" in sdpa[0].details["reason"]
+    # The attention runs inside torch (no frame of the user's code): located by its module.
+    assert sdpa[0].location is None and sdpa[0].details["module"] == "layers.0.self_attn (MultiheadAttention)"
+
+
+def test_a_relu_fused_with_a_refused_convolution_shares_its_cause(linted: Callable[..., Any]) -> None:
+    """No pattern starts with relu; conv2d -> relu is one, refused for its layout, and that is the cause."""
+    [block] = [f for f in linted("make_resnet").findings if "aten.relu.default" in f.details.get("ops", [])][:1]
+    assert block.details["reason"].startswith("aten.convolution.default, aten.relu.default: CortexMQuantizer's "
+                                              "conv2d pattern refused it (CortexMConv2DCheck)")
+
+
+def test_text_output_groups_a_network_of_nchw_convolutions_into_one_cause(
+    pt2_dir: Callable[[str], Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conftest import run_cli
+
+    _, out, _ = run_cli(["check", str(pt2_dir("make_mobilevit"))], capsys)
+    [line] = [line for line in out.splitlines() if "CortexMConv2DCheck" in line and "islands" in line
+              and "normalization" not in line]
+    assert line.startswith("mobilevit.pt2: QL002 [warning] 23 fp32 islands, 118016 fp32 elements per inference: ")
