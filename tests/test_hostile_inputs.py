@@ -938,3 +938,41 @@ def test_pte_special_and_corrupt(shipped: Path, tmp_path: Path, good: Path, caps
     bad.write_bytes(bytes(data))
     message = assert_refused([str(bad)], capsys, "truncated.pte", good)
     assert message.startswith(("not a valid .pte program", "internal error")), message
+
+
+def _tampered_pte(shipped: Path, folder: Path, name: str, change: Callable[[Any, list[Any]], None]) -> Path:
+    """The shipped .pte with its values changed by `change(plan, calls)`; calls are (operator name, call).
+    ExecuTorch's own serializer writes it back, constants in their segment as usual."""
+    from executorch.exir._serialize._program import PTEFile, deserialize_pte_binary, serialize_pte_binary
+
+    program = deserialize_pte_binary(shipped.read_bytes()).program
+    plan = program.execution_plan[0]
+    calls = [(plan.operators[i.instr_args.op_index].name, i.instr_args)
+             for i in plan.chains[0].instructions if hasattr(i.instr_args, "op_index")]
+    change(plan, calls)
+    path = folder / name
+    path.write_bytes(bytes(serialize_pte_binary(PTEFile(program=program))))
+    return path
+
+
+def test_pte_whose_recorded_shapes_or_constants_lie_is_refused(
+    shipped: Path, tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Recorded shapes decide which in-graph constants qlint computes: a shape the operator does
+    not compute, or a constant longer than its bytes, is refused before anything runs."""
+
+    def wrong_shape(plan: Any, calls: list[Any]) -> None:
+        transpose = next(call for name, call in calls if name == "cortex_m::transpose")
+        plan.values[transpose.args[-1]].val.sizes = [1, 2, 3]
+
+    def short_constant(plan: Any, calls: list[Any]) -> None:
+        constant = next(plan.values[a].val for _, call in calls for a in call.args
+                        if getattr(plan.values[a].val, "data_buffer_idx", 0) > 0)
+        constant.sizes = [1 << 20]
+
+    shape = _tampered_pte(shipped, tmp_path, "shape.pte", wrong_shape)
+    message = assert_refused([str(shape)], capsys, "shape.pte", good)
+    assert message.startswith("not a valid .pte program: cortex_m.transpose.default: the program records [1, 2, 3]"), message
+    short = _tampered_pte(shipped, tmp_path, "short.pte", short_constant)
+    message = assert_refused([str(short)], capsys, "short.pte", good)
+    assert message.startswith("not a valid .pte program: value ") and "bytes in a buffer of" in message, message
