@@ -141,7 +141,8 @@ def cause_of(node: Node, as_quantized: Callable[[Node], Node] = lambda n: n) -> 
         except Exception:  # a checker written for the quantizer's graph may not read this one
             accepted = True
         if accepted:
-            return Cause((op,), f"matches CortexMQuantizer's {wanted} pattern ({checker.__name__}), yet stayed fp32")
+            return Cause((op,), f"matches CortexMQuantizer's {wanted} pattern ({checker.__name__}), yet "
+                                + _why_not_lowered(node, as_quantized(node)))
         refused.append(checker.__name__)
     needs = [_CHECKERS[name] for name in refused if name in _CHECKERS]
     requirement = f": it needs {needs[0][0]}" if needs else ""
@@ -149,6 +150,20 @@ def cause_of(node: Node, as_quantized: Callable[[Node], Node] = lambda n: n) -> 
         (op,), f"CortexMQuantizer's {wanted} pattern refused it ({', '.join(refused)}){requirement}",
         f"fix: {needs[0][1]}" if needs and needs[0][1] else "",
     )
+
+
+def _why_not_lowered(node: Node, seen: Node) -> str:
+    """What the quantized program says about an accepted op: annotated or not."""
+    from qlint.graph_view import DEQUANTIZE_OPS, QUANTIZE_OPS, packet
+
+    if seen is node:  # no quantized program to ask (a .pte)
+        return "stayed fp32"
+    operands = [a for a in seen.args[:2] if isinstance(a, Node)]
+    if operands and all(packet(op_name(a)) in DEQUANTIZE_OPS for a in operands) and seen.users and all(
+        packet(op_name(u)) in QUANTIZE_OPS for u in seen.users
+    ):
+        return "the Cortex-M lowering left it in fp32 although the quantizer annotated it"
+    return "the quantizer did not annotate it (an operand or a user of it is not quantized)"
 
 
 def causes(nodes: list[Node], as_quantized: Callable[[Node], Node] = lambda n: n) -> list[Cause]:
