@@ -209,7 +209,11 @@ def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_element
     value = constant.scalar()
     if base in OFFSET_OPS:
         if value is None:
-            return f"constant {constant.name} differs by position ({constant.numel} elements), as a mask does"
+            made = (f"; it is computed in the graph ({op_name(operand)}) and never quantized, so "
+                    f"{op_name(node)} runs in fp32"
+                    if constant.kind == ConstantKind.COMPUTED and isinstance(operand, Node) else "")
+            return (f"constant {constant.name} differs by position ({constant.numel} elements), as a mask or a "
+                    f"position embedding does, so no table folds it{made}")
         return ScaleStep(node, base, constant, value)
     if constant.numel > 1 and (value is None or constant.numel > max_elements):
         return f"per-channel constant {constant.name} ({constant.numel} elements)"

@@ -152,3 +152,13 @@ def test_text_output_groups_a_network_of_nchw_convolutions_into_one_cause(
               and "normalization" not in line]
     assert line.split("/")[-1].startswith("mobilevit.pt2: QL002 [warning] 23 fp32 islands, 118016 fp32 elements "
                                           "per inference: aten.convolution.default: CortexMQuantizer's conv2d")
+
+
+def test_whisper_position_embedding_add_names_its_unquantized_constant(linted: Callable[..., Any]) -> None:
+    [add] = [f for f in linted("make_whisper_encoder").findings if f.details.get("ops") == ["aten.add.Tensor"]]
+    assert add.details["reason"] == (
+        "constant aten_embedding_default differs by position (256 elements), as a mask or a position embedding "
+        "does, so no table folds it; it is computed in the graph (aten.embedding.default) and never quantized, "
+        "so aten.add.Tensor runs in fp32"
+    )
+    assert add.location.code == "hidden_states = inputs_embeds + self.embed_positions(all_positions)"
