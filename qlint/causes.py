@@ -64,20 +64,25 @@ def _pattern_op(node: Node) -> str:
     return {"addmm": "linear", "mm": "linear"}.get(base, base)
 
 
+def _names(support: Any) -> list[tuple[tuple[str, ...], Any]]:
+    return [(tuple(op._opname.lstrip("_") for op in pattern), checker) for pattern, checker in support.items()]
+
+
 @functools.cache
-def _patterns() -> list[tuple[str, Any]]:
-    """(first op of the pattern, its checker) for every CortexMQuantizer pattern; read once."""
+def _patterns() -> list[tuple[tuple[str, ...], Any]]:
+    """(the ops of the pattern, its checker) for every CortexMQuantizer pattern; read once."""
     from executorch.backends.cortex_m.quantizer.quantizer_support import CORTEX_M_QUANTIZER_SUPPORT_DICT
 
-    return [(pattern[0]._opname.lstrip("_"), checker) for pattern, checker in CORTEX_M_QUANTIZER_SUPPORT_DICT.items()]
+    return _names(CORTEX_M_QUANTIZER_SUPPORT_DICT)
 
 
+@functools.cache
 def _explicit_layout_covers(wanted: str) -> bool:
     from executorch.backends.cortex_m.quantizer.quantizer_support import (
         CORTEX_M_EXPLICIT_LAYOUT_QUANTIZER_SUPPORT_DICT,
     )
 
-    return any(pattern[0]._opname.lstrip("_") == wanted for pattern in CORTEX_M_EXPLICIT_LAYOUT_QUANTIZER_SUPPORT_DICT)
+    return any(ops[0] == wanted for ops, _ in _names(CORTEX_M_EXPLICIT_LAYOUT_QUANTIZER_SUPPORT_DICT))
 
 
 FAST_PATH_OPS = ("transformer_encoder_layer_fwd", "native_multi_head_attention")  # leading "_" stripped
@@ -101,12 +106,8 @@ def _fused_with(node: Node, wanted: str) -> Node | None:
     if not isinstance(producer, Node):
         return None
     first = _pattern_op(producer)
-    from executorch.backends.cortex_m.quantizer.quantizer_support import CORTEX_M_QUANTIZER_SUPPORT_DICT
-
-    for pattern in CORTEX_M_QUANTIZER_SUPPORT_DICT:
-        names = [p._opname.lstrip("_") for p in pattern]
-        if len(names) > 1 and names[0] == first and wanted in names[1:]:
-            return producer
+    if any(len(ops) > 1 and ops[0] == first and wanted in ops[1:] for ops, _ in _patterns()):
+        return producer
     return None
 
 
@@ -124,7 +125,7 @@ def cause_of(node: Node, as_quantized: Callable[[Node], Node] = lambda n: n) -> 
                      FAST_PATH_OFF)
     if _from_sdpa(node):
         return Cause((op,), "part of F.scaled_dot_product_attention, which no CortexMQuantizer pattern covers", UNFUSED)
-    checkers = list({checker: None for name, checker in _patterns() if name == wanted})
+    checkers = list({checker: None for ops, checker in _patterns() if ops[0] == wanted})
     if not checkers:
         producer = _fused_with(node, wanted)
         if producer is not None:  # its pattern's verdict is the op's
