@@ -296,13 +296,11 @@ def make_conv_hardswish() -> tuple:
 
 
 def as_channels_last(model: nn.Module, example: tuple, calibration: list) -> tuple:
-    """The same model, example and batches in channels_last (what CortexMQuantizer's conv pattern needs)."""
-    last = torch.channels_last
+    """The same model, example and batches in channels_last: qlint's `channels-last` remedy."""
+    from qlint.remedies import Build, ChannelsLast
 
-    def moved(batch: tuple) -> tuple:
-        return tuple(t.contiguous(memory_format=last) if t.dim() == 4 else t for t in batch)
-
-    return model.to(memory_format=last), moved(example), [moved(batch) for batch in calibration]
+    built = ChannelsLast().on_build(Build(model, example, tuple(calibration)))
+    return built.model, built.example, list(built.calibration)
 
 
 def make_conv_hardswish_channels_last() -> tuple:

@@ -1,20 +1,23 @@
 """The Python API for export scripts; the CLI is a thin layer over the same calls.
 
-    from qlint.api import lint, fix
+    from qlint.api import lint, fix, remedy
     findings = lint(quantized_program)                  # list[Finding]
     result = fix(quantized_program, [example_inputs])   # result.pte: bytes, result.findings
+    built = remedy(model, example_inputs, calibration, remedies=["channels-last"])
+    built.program, built.report, built.pte              # quantized program, figures, verified .pte
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from qlint.config import Config
-from qlint.findings import Finding
+from qlint.config import Config, RemedyName
+from qlint.findings import Finding, RemedyReport
 from qlint.fix import FixError, FixResult, VerificationError, verification_inputs
 
-__all__ = ["Config", "FixError", "FixResult", "VerificationError", "fix", "lint"]
+__all__ = ["Config", "FixError", "FixResult", "Remedied", "VerificationError", "fix", "lint", "remedy"]
 
 
 def lint(program: Any, config: Config | None = None, *, artifact: str = "<program>") -> list[Finding]:
@@ -46,3 +49,52 @@ def fix(
     return fix_program(
         program, artifact, config or Config(), verification_inputs(batches[0] if batches else None, batches[1:], seeds)
     )
+
+
+@dataclass
+class Remedied:
+    """A model built with the remedies that helped, folded and verified."""
+
+    program: Any                     # the quantized ExportedProgram, remedies applied
+    example_inputs: tuple[Any, ...]  # in the program's layout (channels_last after that remedy)
+    report: RemedyReport             # before -> after per remedy, SQNR included
+    fixed: FixResult                 # the folds on top, and the .pte
+
+    @property
+    def pte(self) -> bytes:
+        assert self.fixed.pte is not None
+        return self.fixed.pte
+
+
+def remedy(
+    module: Any,
+    example_inputs: tuple[Any, ...],
+    calibration_inputs: Sequence[tuple[Any, ...]] = (),
+    remedies: Sequence[str] = tuple(RemedyName),
+    config: Config | None = None,
+    *,
+    artifact: str = "<model>",
+) -> Remedied:
+    """Export and quantize `module` for Cortex-M with each remedy that helps, then fold and verify.
+
+    Each remedy is tried alone and kept only when it raises int8 coverage or lowers
+    fp32 elements, the arena or its live peak, with the SQNR against the float
+    model at most `config.remedy_max_sqnr_drop_db` lower. Raises FixError (nothing
+    built) when the kept remedies together fail or cost more accuracy than that.
+    """
+    from qlint.fix import fix_program
+    from qlint.inputs import ReadError
+    from qlint.remediate import remediate
+    from qlint.remedies import Build
+
+    config = config or Config()
+    names = [RemedyName(name) for name in remedies]
+    try:
+        done = remediate(Build(module, tuple(example_inputs), tuple(calibration_inputs)), names, config, artifact)
+    except ReadError as exc:  # the plain build does not export, quantize, lower or run
+        raise FixError(str(exc)) from None
+    if done.error is not None:
+        raise FixError(done.error)
+    build = done.build
+    inputs = verification_inputs(build.example, list(build.calibration))
+    return Remedied(done.program, build.example, done.report, fix_program(done.program, artifact, config, inputs))

@@ -130,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-dir", type=Path, help="with --fix: write .pte files here instead of next to each input"
     )
     check.add_argument(
+        "--unsafe-fixes",
+        action="store_true",
+        help="with --fix: also try every remedy on targets (export/quantization changes that change numerics)",
+    )
+    check.add_argument(
         "--baseline", type=Path, metavar="FILE", help="accept the findings recorded in FILE; only new ones count"
     )
     check.add_argument(
@@ -250,11 +255,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         print("qlint: error: --jobs must be at least 1", file=sys.stderr)
         return EXIT_ERROR
     fix = None
+    if args.unsafe_fixes and not (args.fix or args.diff):
+        print("qlint: error: --unsafe-fixes needs --fix or --diff", file=sys.stderr)
+        return EXIT_ERROR
     if args.fix or args.diff:
         if args.output_dir is not None and not args.output_dir.is_dir():
             print(f"qlint: error: --output-dir {args.output_dir}: not a directory", file=sys.stderr)
             return EXIT_ERROR
-        fix = FixOptions(output_dir=args.output_dir, dry_run=args.diff)
+        fix = FixOptions(output_dir=args.output_dir, dry_run=args.diff, unsafe_fixes=args.unsafe_fixes)
     options = RunOptions(order=LoweringOrder(args.lowering), verbose=args.verbose, fix=fix)
     cache = None
     if not args.no_cache:

@@ -43,6 +43,13 @@ class ConstantKind(StrEnum):
     COMPUTED = "computed"   # built in the graph from constants: aten.full, a mask, ...
 
 
+class RemedyName(StrEnum):
+    """The export/quantization changes `--fix` may make to a target (see `qlint.remedies`)."""
+
+    CHANNELS_LAST = "channels-last"
+    UNFUSED_ATTENTION = "unfused-attention"
+
+
 class ConfigError(Exception):
     """A config problem, printed as `file:line: key: message`."""
 
@@ -79,6 +86,7 @@ class Target:
     name: str
     factory: str
     line: int = 0
+    remedies: tuple[RemedyName, ...] | None = None  # None: the config's list
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,8 @@ class Config:
     fold: FoldGuards = field(default_factory=FoldGuards)
     limits: Limits = field(default_factory=Limits)
     targets: tuple[Target, ...] = ()
+    remedies: tuple[RemedyName, ...] = ()   # unsafe fixes `--fix` applies to targets without --unsafe-fixes
+    remedy_max_sqnr_drop_db: float = 1.0    # a remedy costing more accuracy than this is refused
 
     @property
     def base(self) -> Path:
@@ -289,13 +299,26 @@ class _Parser:
                 raise self.error(value, full, f"must be a positive number, got {changes[name]}")
         return replace(Limits(), **changes)
 
+    def key_remedies(self, node: yaml.Node, key: str) -> tuple[RemedyName, ...]:
+        return tuple(RemedyName(name) for name in self.choices(node, key, tuple(RemedyName)))
+
+    def key_remedy_max_sqnr_drop_db(self, node: yaml.Node, key: str) -> float:
+        value = self.scalar(node, key, float)
+        if not 0.0 <= value < 1000.0:
+            raise self.error(node, key, f"must be a number of dB from 0, got {value}")
+        return value
+
     def key_targets(self, node: yaml.Node, key: str) -> tuple[Target, ...]:
         if not isinstance(node, yaml.SequenceNode):
-            raise self.error(node, key, "expected a list of {name, factory} mappings")
+            raise self.error(node, key, "expected a list of {name, factory[, remedies]} mappings")
         targets = []
         for item in node.value:
             fields: dict[str, str] = {}
+            remedies = None
             for name, knode, value in self.mapping(item, key):
+                if name == "remedies":
+                    remedies = self.key_remedies(value, f"{key}.remedies")
+                    continue
                 if name not in ("name", "factory"):
                     raise self.error(knode, f"{key}.{name}", "unknown key")
                 fields[name] = self.scalar(value, f"{key}.{name}", str)
@@ -304,7 +327,8 @@ class _Parser:
             if not FACTORY_RE.match(fields["factory"]):
                 raise self.error(item, f"{key}.factory", f"{fields['factory']!r} is not `package.module:function`")
             name = fields.get("name") or fields["factory"].rsplit(":", 1)[1]
-            targets.append(Target(name=name, factory=fields["factory"], line=item.start_mark.line + 1))
+            targets.append(Target(name=name, factory=fields["factory"], line=item.start_mark.line + 1,
+                                  remedies=remedies))
         return tuple(targets)
 
 
@@ -347,4 +371,12 @@ fold:
 targets: []
 #  - name: attention
 #    factory: models.attention:make_model
+#    remedies: [unfused-attention]   # this target's list instead of the one below
+
+# Remedies: export/quantization changes `qlint check --fix` makes to targets
+# (unsafe fixes: they change numerics). Each is tried alone and kept only if it
+# helps and the SQNR against the float model drops by at most the guard.
+# `--unsafe-fixes` tries all of them. Known: channels-last, unfused-attention.
+remedies: []
+remedy_max_sqnr_drop_db: 1.0
 """

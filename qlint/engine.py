@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qlint.config import Config, Target
+from qlint.config import Config, RemedyName, Target
 from qlint.findings import InputError, Report
 from qlint.inputs import ReadError, regular_file, shown_path
 from qlint.options import RunOptions
@@ -149,18 +149,51 @@ def lint_bytes(path: Path, data: bytes, artifact: str, config: Config, options: 
 
 
 def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
-    """Export, quantize and lint one config target (run in a child process by `run`)."""
-    from qlint.quantize import quantize_target
+    """Export, quantize and lint one config target (run in a child process by `run`).
+
+    With `--fix` and remedies selected, the remedies that help are applied first
+    (`qlint.remediate`), and the folds act on that build.
+    """
+    from qlint.quantize import call_factory, quantize
 
     artifact = f"target:{target.name}"
     report = Report()
     try:
-        program, example, calibration = quantize_target(target, config.base, config.root)
+        model, example, calibration = call_factory(target, config.base, config.root)
+        remedies = target_remedies(target, config, options)
+        if remedies:
+            from qlint.remediate import remediate
+            from qlint.remedies import Build
+
+            remediated = remediate(Build(model, example, tuple(calibration or ())), remedies, config, artifact)
+            report.remedies.append(remediated.report)
+            if remediated.error is not None:
+                report.errors.append(InputError(artifact, remediated.error))
+                return report
+            program, built = remediated.program, remediated.build
+            example, calibration = built.example, list(built.calibration) or None
+        else:
+            program = quantize(model, example, calibration)
     except ReadError as exc:
         report.errors.append(InputError(artifact, str(exc)))
         return report
+    except Exception as exc:  # the factory's model made export or quantization raise
+        from qlint.lowering import first_line
+
+        cause = f"{type(exc).__name__}: {first_line(exc)}"
+        report.errors.append(InputError(artifact, f"export/quantization failed: {cause}"))
+        return report
     _lint_or_fix(report, program, artifact, config, options, config.base, target.name, example, calibration or [])
     return report
+
+
+def target_remedies(target: Target, config: Config, options: RunOptions) -> tuple[RemedyName, ...]:
+    """What `--fix` may change in how a target is built: all with --unsafe-fixes, else the config's."""
+    if options.fix is None:
+        return ()
+    if options.fix.unsafe_fixes:
+        return tuple(RemedyName)
+    return target.remedies if target.remedies is not None else config.remedies
 
 
 def _lint_or_fix(report: Report, program: Any, artifact: str, config: Config, options: RunOptions,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -128,12 +129,72 @@ class FixSummary:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """One build of a target, lowered: what runs in int8, the memory it plans, how close it is to the float model."""
+
+    coverage: float
+    fp32_ops: int
+    fp32_elements: int
+    arena_bytes: int             # planned activation memory
+    live_peak_bytes: int         # the floor under any plan
+    sqnr_db: float               # int8 program against the float model (inf: equal outputs)
+    kernels: dict[str, int]      # Cortex-M kernels in the lowered program, by name
+
+
+class RemedyStatus(StrEnum):
+    KEPT = "kept"          # it helped and accuracy stayed within the guard
+    SKIPPED = "skipped"    # it does not apply, or it did not help
+    REFUSED = "refused"    # it helped, but its SQNR drop is over the guard
+    FAILED = "failed"      # export, quantization or lowering raised with it
+
+
+@dataclass(frozen=True)
+class RemedyOutcome:
+    remedy: str
+    status: RemedyStatus
+    reason: str
+    measured: Measurement | None = None
+    user_change: tuple[str, ...] = ()
+
+
+@dataclass
+class RemedyReport:
+    """What the remedies did to one target, each tried alone against the plain build."""
+
+    artifact: str
+    baseline: Measurement
+    outcomes: list[RemedyOutcome] = field(default_factory=list)
+    final: Measurement | None = None   # every kept remedy together
+    sqnr_inputs: int = 0               # batches the SQNR was measured on
+    max_sqnr_drop_db: float = 1.0
+
+    @property
+    def kept(self) -> list[RemedyOutcome]:
+        return [o for o in self.outcomes if o.status == RemedyStatus.KEPT]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON has no infinity: equal outputs carry `sqnr_db: null`."""
+        return _finite(asdict(self))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 @dataclass
 class Report:
     findings: list[Finding] = field(default_factory=list)
     stats: list[ArtifactStats] = field(default_factory=list)
     errors: list[InputError] = field(default_factory=list)
     fixes: list[FixSummary] = field(default_factory=list)
+    remedies: list[RemedyReport] = field(default_factory=list)
     checked: int = 0                                # artifacts and targets attempted
 
     def extend(self, other: Report) -> None:
@@ -142,3 +203,4 @@ class Report:
         self.stats.extend(other.stats)
         self.errors.extend(other.errors)
         self.fixes.extend(other.fixes)
+        self.remedies.extend(other.remedies)

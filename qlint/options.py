@@ -24,6 +24,7 @@ class LoweringOrder(StrEnum):
 class FixOptions:
     output_dir: Path | None = None
     dry_run: bool = False   # --diff: plan and report the folds, write nothing
+    unsafe_fixes: bool = False  # try every remedy on targets, not only the config's
 
 
 @dataclass(frozen=True)

@@ -23,20 +23,36 @@ def quantize(
     calibration: Sequence[tuple[Any, ...]] | None = None,
     per_tensor_config: Any = None,
 ) -> Any:
-    """A quantized ExportedProgram: export, prepare_pt2e, calibrate, convert_pt2e, export again.
+    """A quantized ExportedProgram: export, prepare_pt2e, calibrate, convert_pt2e, export again."""
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+
+    graph = export_float(model, example_inputs)
+    return quantize_graph(graph, example_inputs, calibration, CortexMQuantizer(per_tensor_config))
+
+
+def export_float(model: Any, example_inputs: tuple[Any, ...]) -> Any:
+    """The float model as the graph module `prepare_pt2e` takes (eval mode, no fused fast paths).
 
     `check_guards=False` keeps torch 2.13 from inserting a `_guards_fn`
     call_module, which the quantizer's annotation passes reject.
     """
     backend.load()
     import torch
-    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     model = model.eval()
-    with torch.no_grad(), _without_fast_paths():
-        graph = torch.export.export(model, example_inputs, strict=True).module(check_guards=False)
-        prepared = prepare_pt2e(graph, CortexMQuantizer(per_tensor_config))
+    with torch.no_grad(), without_fast_paths():
+        return torch.export.export(model, example_inputs, strict=True).module(check_guards=False)
+
+
+def quantize_graph(
+    graph: Any, example_inputs: tuple[Any, ...], calibration: Sequence[tuple[Any, ...]] | None, quantizer: Any
+) -> Any:
+    """prepare_pt2e with `quantizer`, calibrate, convert_pt2e, export again."""
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    with torch.no_grad(), without_fast_paths():
+        prepared = prepare_pt2e(graph, quantizer)
         for batch in calibration or [example_inputs]:
             prepared(*batch)
         converted = convert_pt2e(prepared)
@@ -44,7 +60,7 @@ def quantize(
 
 
 @contextlib.contextmanager
-def _without_fast_paths() -> Iterator[None]:
+def without_fast_paths() -> Iterator[None]:
     """Export what the model's code says, not PyTorch's fused inference kernels.
 
     Under `no_grad`, `nn.TransformerEncoderLayer` and `nn.MultiheadAttention` take
@@ -119,14 +135,3 @@ def _module_file(name: str) -> str | None:
 def _inside(path: str, root: Path) -> bool:
     """Lexically inside `root`: a symlink the repository itself holds counts as the repository's."""
     return Path(os.path.abspath(path)).is_relative_to(Path(os.path.abspath(root)))
-
-
-def quantize_target(
-    target: Target, base: Path, root: Path
-) -> tuple[Any, tuple[Any, ...], list[tuple[Any, ...]] | None]:
-    """The quantized program, its example inputs and its calibration batches."""
-    model, example, calibration = call_factory(target, base, root)
-    try:
-        return quantize(model, example, calibration), example, calibration
-    except Exception as exc:
-        raise ReadError(f"export/quantization failed: {type(exc).__name__}: {first_line(exc)}") from None

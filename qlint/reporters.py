@@ -11,7 +11,7 @@ from tabulate import tabulate
 
 from qlint import __version__
 from qlint.catalog import load_catalog
-from qlint.findings import Finding, FixSummary, Report, Severity
+from qlint.findings import Finding, FixSummary, Measurement, RemedyReport, RemedyStatus, Report, Severity
 from qlint.inputs import printable
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -77,6 +77,8 @@ def text(report: Report, *, quiet: bool = False) -> str:
     lines = []
     for group in by_cause(report.findings):
         lines.extend(_finding_lines(group, quiet))
+    for remedied in report.remedies:
+        lines.extend(remedy_lines(remedied))
     for summary in report.fixes:
         lines.extend(fix_lines(summary))
     lines = [printable(line) for line in lines]  # names and messages come from artifacts
@@ -115,6 +117,35 @@ def fix_lines(fix: FixSummary) -> list[str]:
     lines.append(
         f"  lowering repair: {'needed (linear feeding a batch matmul)' if fix.lowering_repair else 'not needed'}"
     )
+    return lines
+
+
+def _measured(m: Measurement) -> str:
+    return (f"int8 coverage {m.coverage:.0%}, {m.fp32_ops} fp32 ops, {m.fp32_elements} fp32 elements per inference, "
+            f"arena {m.arena_bytes} bytes (live peak {m.live_peak_bytes}), SQNR {m.sqnr_db:.1f} dB")
+
+
+def kernels_gained(before: Measurement, after: Measurement) -> dict[str, int]:
+    """Cortex-M kernels the remedies added, by name (the Counter difference)."""
+    return dict(Counter(after.kernels) - Counter(before.kernels))
+
+
+def remedy_lines(remedied: RemedyReport) -> list[str]:
+    lines = [f"{remedied.artifact}: remedies (unsafe fixes; SQNR of the int8 program against the float model "
+             f"on {remedied.sqnr_inputs} inputs, guard {remedied.max_sqnr_drop_db:g} dB)",
+             f"  before: {_measured(remedied.baseline)}"]
+    for outcome in remedied.outcomes:
+        lines.append(f"  {outcome.status} {outcome.remedy}: {outcome.reason}")
+        if outcome.measured is not None and outcome.status != RemedyStatus.SKIPPED:
+            lines.append(f"    SQNR {remedied.baseline.sqnr_db:.1f} -> {outcome.measured.sqnr_db:.1f} dB")
+        if outcome.status == RemedyStatus.KEPT:
+            lines.append("    in your export script:")
+            lines.extend(f"      {line}" for line in outcome.user_change)
+    if remedied.kept and remedied.final is not None:
+        lines.append(f"  after: {_measured(remedied.final)}")
+        gained = kernels_gained(remedied.baseline, remedied.final)
+        if gained:
+            lines.append(f"  Cortex-M kernels gained: {', '.join(f'{k} x{n}' for k, n in gained.items())}")
     return lines
 
 
@@ -172,6 +203,7 @@ def as_json(report: Report) -> str:
             "artifacts": [s.to_dict() for s in report.stats],
             "errors": [{"artifact": e.artifact, "message": e.message} for e in report.errors],
             "fixes": [f.to_dict() for f in report.fixes],
+            "remedies": [r.to_dict() for r in report.remedies],
         },
         indent=2,
     )
@@ -266,6 +298,8 @@ def markdown(report: Report) -> str:
             for f in report.findings
         ]
         lines += [tabulate(rows, headers=["code", "severity", "artifact", "source", "message"], tablefmt="github"), ""]
+    for remedied in report.remedies:
+        lines += ["```", *(printable(line) for line in remedy_lines(remedied)), "```", ""]
     for fix in report.fixes:
         lines += ["```", *(printable(line) for line in fix_lines(fix)), "```", ""]
     for error in report.errors:

@@ -1,0 +1,220 @@
+"""Try each requested remedy on a target alone, keep what helps within the accuracy guard.
+
+Each build is exported, quantized and lowered the way `qlint check` does it, then
+measured: int8 coverage, fp32 ops and elements per inference, the planned arena
+and its live peak, and the SQNR of the lowered int8 program against the float
+model on the calibration batches plus seeded ones. A remedy is kept when one of
+the first four improves and its SQNR is at most `remedy_max_sqnr_drop_db` below
+the plain build's; the kept ones are then built together, and that build, also
+within the guard, is what `--fix` folds and writes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from qlint.config import Config, RemedyName
+from qlint.findings import Measurement, RemedyOutcome, RemedyReport, RemedyStatus
+from qlint.fix import float_op_count, run_program, to_pte
+from qlint.graph_view import op_name
+from qlint.inputs import ReadError
+from qlint.lowering import first_line
+from qlint.quantize import export_float, quantize_graph, without_fast_paths
+from qlint.readers import seeded_like
+from qlint.remedies import REMEDIES, Build, Remedy, apply_to_build, apply_to_graph, apply_to_inputs
+
+SQNR_SEEDS = 4  # seeded batches added to the calibration batches for the SQNR
+
+
+class RemedyError(Exception):
+    """A build with these remedies did not export, quantize, lower or run: one line."""
+
+
+@dataclass
+class Remediated:
+    """The build `--fix` goes on with: the quantized program and the inputs in its layout.
+
+    `error` says why nothing may be written (the kept remedies together fail, or
+    drop the SQNR over the guard); the report is complete either way.
+    """
+
+    program: Any
+    build: Build
+    report: RemedyReport
+    error: str | None = None
+
+
+def sqnr_db(reference: Sequence[torch.Tensor], actual: Sequence[torch.Tensor]) -> float:
+    """10·log10(signal / noise) over every output element; inf when the outputs are equal."""
+    signal = sum(float(r.double().pow(2).sum()) for r in reference)
+    noise = sum(float((r.double() - a.double()).pow(2).sum()) for r, a in zip(reference, actual, strict=True))
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def sqnr_batches(build: Build, seeds: int = SQNR_SEEDS) -> list[tuple[Any, ...]]:
+    """The calibration batches (or the example) and `seeds` seeded batches scaled like the example."""
+    batches = list(build.calibration) or [build.example]
+    for seed in range(seeds):
+        generator = torch.Generator().manual_seed(1000 + seed)
+        batches.append(tuple(
+            seeded_like(t, generator, scale=float(t.float().std()) if t.numel() > 1 else 1.0)
+            if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+            for t in build.example
+        ))
+    return batches
+
+
+def _flat(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value.detach().reshape(-1)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flat(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flat(v)]
+    return []
+
+
+def float_outputs(model: Any, batches: Sequence[tuple[Any, ...]]) -> list[torch.Tensor]:
+    with torch.no_grad(), without_fast_paths():
+        return [t for batch in batches for t in _flat(model.eval()(*batch))]
+
+
+def build_program(build: Build, remedies: list[Remedy]) -> tuple[Any, Build]:
+    """The quantized ExportedProgram of `build` with `remedies`, and the build in its layout."""
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+
+    changed = apply_to_build(build, remedies)
+    graph = apply_to_graph(export_float(changed.model, changed.example), remedies)
+    return quantize_graph(graph, changed.example, list(changed.calibration), CortexMQuantizer()), changed
+
+
+def measure(program: Any, remedies: list[Remedy], config: Config, artifact: str,
+            batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> Measurement:
+    """Lower and serialize `program`, and compare its outputs with the float model's."""
+    from qlint.checks import lowering_message
+    from qlint.program import lint_program
+
+    linted = lint_program(program, artifact, config)
+    if linted.failure is not None:
+        raise RemedyError(lowering_message(linted.failure))
+    invalid = next((f for f in linted.findings if f.code == "QL007"), None)
+    if invalid is not None:
+        raise RemedyError(invalid.message)
+    lowered = linted.lowered
+    assert lowered is not None
+    serialized = to_pte(lowered, config.root)
+    try:
+        outputs = run_program(lowered, [apply_to_inputs(b, remedies) for b in batches])
+    except Exception as exc:  # the lowered program cannot run
+        raise RemedyError(f"the lowered program does not run: {first_line(exc)}") from None
+    names = (op_name(n).removesuffix(".default") for n in lowered.graph.nodes if n.op == "call_function")
+    kernels = Counter(n for n in names if n.startswith("cortex_m.") and not n.endswith("quantize_per_tensor"))
+    return Measurement(
+        coverage=linted.stats.coverage,
+        fp32_ops=float_op_count(linted.analysis.view),
+        fp32_elements=linted.stats.fp32_elements,
+        arena_bytes=serialized.arena_bytes,
+        live_peak_bytes=serialized.peak.bytes if serialized.peak else 0,
+        sqnr_db=sqnr_db(reference, [t.reshape(-1) for batch in outputs for t in batch]),
+        kernels=dict(sorted(kernels.items())),
+    )
+
+
+def _gains(before: Measurement, after: Measurement) -> list[str]:
+    """What improved, in words; empty when nothing did."""
+    gains = []
+    if after.coverage > before.coverage:
+        gains.append(f"int8 coverage {before.coverage:.0%} -> {after.coverage:.0%}")
+    if after.fp32_elements < before.fp32_elements:
+        gains.append(f"fp32 elements {before.fp32_elements} -> {after.fp32_elements}")
+    if after.arena_bytes < before.arena_bytes:
+        gains.append(f"arena {before.arena_bytes} -> {after.arena_bytes} bytes")
+    if after.live_peak_bytes < before.live_peak_bytes:
+        gains.append(f"live peak {before.live_peak_bytes} -> {after.live_peak_bytes} bytes")
+    return gains
+
+
+def sqnr_drop(before: Measurement, after: Measurement) -> float:
+    if math.isinf(before.sqnr_db) and math.isinf(after.sqnr_db):
+        return 0.0
+    return before.sqnr_db - after.sqnr_db
+
+
+def _built(build: Build, remedies: list[Remedy], config: Config, artifact: str,
+           batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> tuple[Any, Build, Measurement]:
+    try:
+        program, changed = build_program(build, remedies)
+    except Exception as exc:  # export or quantization raised with this remedy
+        raise RemedyError(f"export/quantization failed: {type(exc).__name__}: {first_line(exc)}") from None
+    return program, changed, measure(program, remedies, config, artifact, batches, reference)
+
+
+def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifact: str) -> Remediated:
+    """Try each remedy alone against the plain build; build the kept ones together.
+
+    Raises ReadError when the plain build fails.
+    """
+    batches = sqnr_batches(build)
+    reference = float_outputs(build.model, batches)
+    guard = config.remedy_max_sqnr_drop_db
+    try:
+        program, plain, baseline = _built(build, [], config, artifact, batches, reference)
+    except RemedyError as exc:
+        raise ReadError(f"the plain build fails: {exc}") from None
+    report = RemedyReport(artifact, baseline, sqnr_inputs=len(batches), max_sqnr_drop_db=guard)
+    float_graph = export_float(build.model, build.example)
+    results: dict[RemedyName, tuple[Any, Build, Measurement]] = {}
+    for name in names:
+        remedy = REMEDIES[name]
+        reason = remedy.not_applicable(float_graph)
+        if reason is not None:
+            report.outcomes.append(RemedyOutcome(name, RemedyStatus.SKIPPED, f"does not apply: {reason}"))
+            continue
+        try:
+            built = _built(build, [remedy], config, artifact, batches, reference)
+        except RemedyError as exc:
+            report.outcomes.append(RemedyOutcome(name, RemedyStatus.FAILED, str(exc)))
+            continue
+        measured = built[2]
+        gains, drop = _gains(baseline, measured), sqnr_drop(baseline, measured)
+        if not gains:
+            report.outcomes.append(RemedyOutcome(name, RemedyStatus.SKIPPED, "did not help", measured))
+        elif drop > guard:
+            report.outcomes.append(RemedyOutcome(
+                name, RemedyStatus.REFUSED,
+                f"SQNR {baseline.sqnr_db:.1f} -> {measured.sqnr_db:.1f} dB drops {drop:.2f} dB, over the "
+                f"{guard:g} dB guard (remedy_max_sqnr_drop_db); it would give {', '.join(gains)}",
+                measured, remedy.user_change,
+            ))
+        else:
+            results[name] = built
+            report.outcomes.append(RemedyOutcome(name, RemedyStatus.KEPT, "; ".join(gains), measured,
+                                                 remedy.user_change))
+    if not results:
+        report.final = baseline
+        return Remediated(program, plain, report)
+    if len(results) == 1:
+        program, changed, final = next(iter(results.values()))
+    else:
+        kept = [REMEDIES[name] for name in results]
+        try:
+            program, changed, final = _built(build, kept, config, artifact, batches, reference)
+        except RemedyError as exc:
+            return Remediated(program, plain, report, f"the kept remedies together fail, nothing written: {exc}")
+    report.final = final
+    if sqnr_drop(baseline, final) > guard:
+        return Remediated(program, changed, report, (
+            f"with {', '.join(results)} together the SQNR drops {sqnr_drop(baseline, final):.2f} dB "
+            f"({baseline.sqnr_db:.1f} -> {final.sqnr_db:.1f} dB), over the {guard:g} dB guard; nothing written"
+        ))
+    return Remediated(program, changed, report)

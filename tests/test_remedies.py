@@ -1,0 +1,224 @@
+"""Remedies (unsafe fixes) on real models: each tried alone, kept when it helps within the SQNR guard."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import run_cli
+
+from qlint.config import Config, RemedyName
+from qlint.findings import RemedyStatus
+from qlint.remediate import Remediated, remediate, sqnr_db
+from qlint.remedies import Build, unfuse_attention
+from qlint.reporters import remedy_lines
+
+
+@pytest.fixture(scope="session")
+def remediated() -> Callable[..., Remediated]:
+    """`remediated("resnet")` -> every remedy tried on a zoo model with the default guard, once per session."""
+    from examples.zoo import ZOO
+
+    cache: dict[str, Remediated] = {}
+
+    def get(name: str) -> Remediated:
+        if name not in cache:
+            model, example, calibration = ZOO[name]()
+            cache[name] = remediate(Build(model, example, tuple(calibration)), list(RemedyName), Config(), name)
+        return cache[name]
+
+    return get
+
+
+def outcome(done: Remediated, name: RemedyName) -> Any:
+    return next(o for o in done.report.outcomes if o.remedy == name)
+
+
+def test_sqnr_is_signal_over_noise_in_decibels() -> None:
+    ones = torch.ones(2)
+    assert sqnr_db([ones], [ones]) == math.inf
+    assert sqnr_db([ones], [torch.tensor([1.1, 0.9])]) == pytest.approx(20.0)  # 2 / 0.02 = 100
+    assert sqnr_db([torch.zeros(2)], [ones]) == -math.inf
+
+
+@pytest.mark.slow
+def test_channels_last_takes_an_nchw_resnet_to_full_int8(remediated: Callable[..., Remediated]) -> None:
+    done = remediated("resnet")
+    base = done.report.baseline
+    assert base.coverage < 0.5 and base.fp32_elements > 0
+    kept = outcome(done, RemedyName.CHANNELS_LAST)
+    assert kept.status == RemedyStatus.KEPT, kept.reason
+    assert kept.measured.coverage == 1.0 and kept.measured.fp32_elements == 0
+    assert kept.measured.arena_bytes < base.arena_bytes
+    assert base.sqnr_db - kept.measured.sqnr_db <= 1.0
+    assert any("memory_format=torch.channels_last" in line for line in kept.user_change)
+    skipped = outcome(done, RemedyName.UNFUSED_ATTENTION)
+    assert skipped.status == RemedyStatus.SKIPPED and "no scaled_dot_product_attention" in skipped.reason
+    assert done.report.final == kept.measured and done.error is None
+    assert done.build.example[0].is_contiguous(memory_format=torch.channels_last)  # --fix verifies in this layout
+    text = "\n".join(remedy_lines(done.report))
+    assert "kept channels-last: int8 coverage 33% -> 100%" in text
+    assert "model = model.to(memory_format=torch.channels_last)" in text
+
+
+@pytest.mark.slow
+def test_unfused_attention_turns_the_transformer_encoder_attention_into_int8_kernels(
+    remediated: Callable[..., Remediated],
+) -> None:
+    done = remediated("transformer_encoder")
+    base = done.report.baseline
+    kept = outcome(done, RemedyName.UNFUSED_ATTENTION)
+    assert kept.status == RemedyStatus.KEPT, kept.reason
+    # the attention core: both matmuls and the softmax are now Cortex-M kernels
+    assert "cortex_m.softmax" not in base.kernels and kept.measured.kernels["cortex_m.softmax"] == 1
+    matmuls = "cortex_m.quantized_batch_matmul"
+    assert kept.measured.kernels[matmuls] - base.kernels.get(matmuls, 0) == 2
+    assert kept.measured.fp32_elements < base.fp32_elements and kept.measured.coverage > base.coverage
+    assert math.isfinite(kept.measured.sqnr_db) and kept.measured.sqnr_db > 20
+    skipped = outcome(done, RemedyName.CHANNELS_LAST)
+    assert skipped.status == RemedyStatus.SKIPPED and "no 2-D convolution" in skipped.reason
+    text = "\n".join(remedy_lines(done.report))
+    assert "Cortex-M kernels gained: cortex_m.quantized_batch_matmul x2, cortex_m.softmax x1" in text
+    assert "unfuse_attention(" in text
+
+
+@pytest.mark.slow
+def test_a_remedy_over_the_sqnr_guard_is_refused_with_its_numbers(remediated: Callable[..., Remediated]) -> None:
+    from examples.zoo import ZOO
+
+    loose = outcome(remediated("transformer_encoder"), RemedyName.UNFUSED_ATTENTION).measured
+    drop = remediated("transformer_encoder").report.baseline.sqnr_db - loose.sqnr_db
+    assert drop > 0  # int8 attention costs some accuracy against fp32 attention
+    model, example, calibration = ZOO["transformer_encoder"]()
+    strict = Config(remedy_max_sqnr_drop_db=drop / 2)
+    done = remediate(Build(model, example, tuple(calibration)), [RemedyName.UNFUSED_ATTENTION], strict, "te")
+    refused = outcome(done, RemedyName.UNFUSED_ATTENTION)
+    assert refused.status == RemedyStatus.REFUSED
+    assert f"drops {drop:.2f} dB, over the {drop / 2:g} dB guard" in refused.reason
+    assert done.report.final == done.report.baseline and done.error is None
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, mask: torch.Tensor | None = None, causal: bool = False, scale: float | None = None) -> None:
+        super().__init__()
+        self.mask, self.causal, self.scale = mask, causal, scale
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, is_causal=self.causal, scale=self.scale)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        Attention(),
+        Attention(scale=0.3),
+        Attention(mask=torch.randn(6, 6, generator=torch.Generator().manual_seed(0))),
+        Attention(mask=torch.rand(6, 6, generator=torch.Generator().manual_seed(0)) > 0.3),
+        Attention(causal=True),
+    ],
+    ids=["plain", "scale", "float-mask", "bool-mask", "causal"],
+)
+def test_unfused_attention_is_the_same_math_in_float(module: torch.nn.Module) -> None:
+    from qlint.quantize import export_float
+
+    generator = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=generator) for _ in range(3))
+    graph = unfuse_attention(export_float(module, (q, k, v)))
+    ops = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
+    assert "aten.scaled_dot_product_attention.default" not in ops
+    assert {"aten.bmm.default", "aten._softmax.default"} <= ops
+    torch.testing.assert_close(graph(q, k, v), module(q, k, v), rtol=1e-5, atol=1e-6)
+
+
+CONV_TARGET = '''\
+import torch
+
+
+def make():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3))
+    g = torch.Generator().manual_seed(0)
+    return model.eval(), (torch.randn(1, 3, 8, 8, generator=g),), [(torch.randn(1, 3, 8, 8, generator=g),)]
+'''
+
+
+@pytest.mark.slow
+def test_fix_with_unsafe_fixes_builds_the_target_channels_last_and_reports_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "convs.py").write_text(CONV_TARGET)
+    config = tmp_path / ".qlint.yaml"
+    config.write_text("targets:\n  - name: convs\n    factory: convs:make\n")
+    args = ["check", "--config", str(config), "--targets-only", "--output-format", "json"]
+
+    code, _, err = run_cli([*args, "--unsafe-fixes"], capsys)
+    assert code == 2 and "--unsafe-fixes needs --fix or --diff" in err
+
+    code, out, err = run_cli([*args, "--fix"], capsys)  # no remedy selected: the plain build
+    assert json.loads(out)["remedies"] == []
+
+    code, out, err = run_cli([*args, "--fix", "--unsafe-fixes"], capsys)
+    report = json.loads(out)
+    assert code == 0, err
+    [remedied] = report["remedies"]
+    kept = {o["remedy"]: o for o in remedied["outcomes"]}["channels-last"]
+    assert kept["status"] == "kept" and kept["measured"]["coverage"] == 1.0
+    assert remedied["baseline"]["coverage"] < 1.0 and remedied["final"] == kept["measured"]
+    assert report["fixes"][0]["output"].endswith("convs.pte") and (tmp_path / "convs.pte").stat().st_size > 0
+
+    config.write_text("targets:\n  - name: convs\n    factory: convs:make\n    remedies: [unfused-attention]\n")
+    code, out, err = run_cli([*args, "--fix"], capsys)  # the target's own list: a remedy that does not apply
+    [remedied] = json.loads(out)["remedies"]
+    assert [(o["remedy"], o["status"]) for o in remedied["outcomes"]] == [("unfused-attention", "skipped")]
+
+
+@pytest.mark.slow
+def test_the_api_builds_remedies_folds_and_returns_a_verified_pte() -> None:
+    from qlint.api import remedy
+    from qlint.pte import lint_pte
+
+    namespace: dict[str, Any] = {}
+    exec(CONV_TARGET, namespace)  # the same factory the CLI test imports
+    model, example, calibration = namespace["make"]()
+    built = remedy(model, example, calibration, remedies=["channels-last"])
+    assert [o.status for o in built.report.outcomes] == [RemedyStatus.KEPT]
+    assert built.example_inputs[0].is_contiguous(memory_format=torch.channels_last)
+    assert built.fixed.summary.verified_inputs > 0
+    _, stats = lint_pte(built.pte, "built.pte", Config())
+    assert stats.coverage == 1.0 and stats.fp32_elements == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key", "message"),
+    [
+        ("remedies: [channels_last]\n", 1, "remedies", "'channels_last' is not one of channels-last, unfused-attention"),
+        ("remedy_max_sqnr_drop_db: -1\n", 1, "remedy_max_sqnr_drop_db", "must be a number of dB from 0"),
+        ("targets:\n  - factory: m:f\n    remedies: unfused-attention\n", 3, "targets.remedies", "expected a list"),
+    ],
+)
+def test_bad_remedy_settings_name_the_line_and_key(tmp_path: Path, text: str, line: int, key: str,
+                                                   message: str) -> None:
+    from qlint.config import ConfigError, load_config
+
+    path = tmp_path / ".qlint.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert (caught.value.line, caught.value.key) == (line, key) and message in caught.value.message
+
+
+def test_remedy_settings_are_read_per_config_and_per_target(tmp_path: Path) -> None:
+    from qlint.config import load_config
+
+    path = tmp_path / ".qlint.yaml"
+    path.write_text("remedies: [channels-last]\nremedy_max_sqnr_drop_db: 2\ntargets:\n"
+                    "  - {name: a, factory: m:f}\n  - {name: b, factory: m:g, remedies: []}\n")
+    config = load_config(path)
+    assert config.remedies == (RemedyName.CHANNELS_LAST,) and config.remedy_max_sqnr_drop_db == 2.0
+    assert [t.remedies for t in config.targets] == [None, ()]
