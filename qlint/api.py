@@ -82,7 +82,6 @@ def remedy(
     model at most `config.remedy_max_sqnr_drop_db` lower. Raises FixError (nothing
     built) when the kept remedies together fail or cost more accuracy than that.
     """
-    from qlint.fix import fix_program
     from qlint.inputs import ReadError
     from qlint.remediate import remediate
     from qlint.remedies import Build
@@ -95,6 +94,4 @@ def remedy(
         raise FixError(str(exc)) from None
     if done.error is not None:
         raise FixError(done.error)
-    build = done.build
-    inputs = verification_inputs(build.example, list(build.calibration))
-    return Remedied(done.program, build.example, done.report, fix_program(done.program, artifact, config, inputs))
+    return Remedied(done.program, done.build.example, done.report, done.fixed)

@@ -48,6 +48,7 @@ class RemedyName(StrEnum):
 
     CHANNELS_LAST = "channels-last"
     UNFUSED_ATTENTION = "unfused-attention"
+    DERIVED_SCALE_QPARAMS = "derived-scale-qparams"
 
 
 class ConfigError(Exception):

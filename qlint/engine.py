@@ -69,7 +69,6 @@ def fix_into(
 ) -> None:
     """Fix one program and write its .pte atomically; on any failure write nothing."""
     from qlint.fix import FixError, VerificationError, fix_program
-    from qlint.output import write_atomic
 
     try:
         result = fix_program(program, artifact, config, inputs, options)
@@ -79,6 +78,13 @@ def fix_into(
     except VerificationError as exc:
         report.errors.append(InputError(artifact, f"fix failed verification, nothing written: {exc}"))
         return
+    record_fix(report, result, artifact, destination)
+
+
+def record_fix(report: Report, result: Any, artifact: str, destination: Path) -> None:
+    """Write a verified fix's .pte (none for a dry run) and add its findings and summary to the report."""
+    from qlint.output import write_atomic
+
     if result.pte is not None:
         try:
             write_atomic(destination, result.pte)
@@ -169,6 +175,13 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
             report.remedies.append(remediated.report)
             if remediated.error is not None:
                 report.errors.append(InputError(artifact, remediated.error))
+                return report
+            assert options.fix is not None
+            if not options.fix.dry_run:  # the build remediate chose is already fixed and verified
+                from qlint.fix import output_path
+
+                destination = output_path(config.base, target.name, options.fix.output_dir)
+                record_fix(report, remediated.fixed, artifact, destination)
                 return report
             program, built = remediated.program, remediated.build
             example, calibration = built.example, list(built.calibration) or None

@@ -131,13 +131,14 @@ class FixSummary:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One build of a target, lowered: what runs in int8, the memory it plans, how close it is to the float model."""
+    """One build of a target, lowered and fixed: what runs in int8, its memory, how close it is to the float model."""
 
     coverage: float
     fp32_ops: int
     fp32_elements: int
     arena_bytes: int             # planned activation memory
     live_peak_bytes: int         # the floor under any plan
+    table_folds: int             # islands folded into a 256-entry table (an identity needs none)
     sqnr_db: float               # int8 program against the float model (inf: equal outputs)
     kernels: dict[str, int]      # Cortex-M kernels in the lowered program, by name
 

@@ -21,13 +21,22 @@ import torch
 
 from qlint.config import Config, RemedyName
 from qlint.findings import Measurement, RemedyOutcome, RemedyReport, RemedyStatus
-from qlint.fix import float_op_count, run_program, to_pte
+from qlint.fix import FixError, FixResult, VerificationError, fix_program, run_program, verification_inputs
+from qlint.folds import FoldKind
 from qlint.graph_view import op_name
 from qlint.inputs import ReadError
 from qlint.lowering import first_line
 from qlint.quantize import export_float, quantize_graph, without_fast_paths
 from qlint.readers import seeded_like
-from qlint.remedies import REMEDIES, Build, Remedy, apply_to_build, apply_to_graph, apply_to_inputs
+from qlint.remedies import (
+    REMEDIES,
+    Build,
+    Remedy,
+    apply_to_build,
+    apply_to_graph,
+    apply_to_inputs,
+    apply_to_quantizer,
+)
 
 SQNR_SEEDS = 4  # seeded batches added to the calibration batches for the SQNR
 
@@ -47,6 +56,7 @@ class Remediated:
     program: Any
     build: Build
     report: RemedyReport
+    fixed: FixResult          # that program with the exact folds, verified: what --fix writes
     error: str | None = None
 
 
@@ -95,36 +105,36 @@ def build_program(build: Build, remedies: list[Remedy]) -> tuple[Any, Build]:
 
     changed = apply_to_build(build, remedies)
     graph = apply_to_graph(export_float(changed.model, changed.example), remedies)
-    return quantize_graph(graph, changed.example, list(changed.calibration), CortexMQuantizer()), changed
+    quantizer = apply_to_quantizer(CortexMQuantizer(), remedies)
+    return quantize_graph(graph, changed.example, list(changed.calibration), quantizer), changed
 
 
-def measure(program: Any, remedies: list[Remedy], config: Config, artifact: str,
-            batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> Measurement:
-    """Lower and serialize `program`, and compare its outputs with the float model's."""
-    from qlint.checks import lowering_message
-    from qlint.program import lint_program
+def measure(program: Any, remedies: list[Remedy], config: Config, artifact: str, verify: Sequence[tuple[Any, ...]],
+            batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> tuple[FixResult, Measurement]:
+    """Fix `program` as `--fix` would (exact folds, verified on `verify`), and measure the result.
 
-    linted = lint_program(program, artifact, config)
-    if linted.failure is not None:
-        raise RemedyError(lowering_message(linted.failure))
-    invalid = next((f for f in linted.findings if f.code == "QL007"), None)
-    if invalid is not None:
-        raise RemedyError(invalid.message)
-    lowered = linted.lowered
-    assert lowered is not None
-    serialized = to_pte(lowered, config.root)
+    The figures are those of the program `--fix` writes, so a remedy whose gain is
+    a better fold (an identity instead of a table) shows it.
+    """
+    try:
+        fixed = fix_program(program, artifact, config, verify)
+    except (FixError, VerificationError) as exc:
+        raise RemedyError(str(exc)) from None
+    lowered = fixed.program
     try:
         outputs = run_program(lowered, [apply_to_inputs(b, remedies) for b in batches])
-    except Exception as exc:  # the lowered program cannot run
+    except Exception as exc:  # the fixed program cannot run on these batches
         raise RemedyError(f"the lowered program does not run: {first_line(exc)}") from None
     names = (op_name(n).removesuffix(".default") for n in lowered.graph.nodes if n.op == "call_function")
     kernels = Counter(n for n in names if n.startswith("cortex_m.") and not n.endswith("quantize_per_tensor"))
-    return Measurement(
-        coverage=linted.stats.coverage,
-        fp32_ops=float_op_count(linted.analysis.view),
-        fp32_elements=linted.stats.fp32_elements,
-        arena_bytes=serialized.arena_bytes,
-        live_peak_bytes=serialized.peak.bytes if serialized.peak else 0,
+    summary = fixed.summary
+    return fixed, Measurement(
+        coverage=fixed.stats.coverage,
+        fp32_ops=summary.fp32_ops[1],
+        fp32_elements=fixed.stats.fp32_elements,
+        arena_bytes=summary.activation_bytes[1],
+        live_peak_bytes=summary.live_peak_bytes[1],
+        table_folds=sum(1 for fold in summary.folds if fold.kind == FoldKind.TABLE),
         sqnr_db=sqnr_db(reference, [t.reshape(-1) for batch in outputs for t in batch]),
         kernels=dict(sorted(kernels.items())),
     )
@@ -141,6 +151,8 @@ def _gains(before: Measurement, after: Measurement) -> list[str]:
         gains.append(f"arena {before.arena_bytes} -> {after.arena_bytes} bytes")
     if after.live_peak_bytes < before.live_peak_bytes:
         gains.append(f"live peak {before.live_peak_bytes} -> {after.live_peak_bytes} bytes")
+    if after.table_folds < before.table_folds:
+        gains.append(f"256-entry table folds {before.table_folds} -> {after.table_folds}")
     return gains
 
 
@@ -150,13 +162,23 @@ def sqnr_drop(before: Measurement, after: Measurement) -> float:
     return before.sqnr_db - after.sqnr_db
 
 
+@dataclass
+class _Candidate:
+    program: Any
+    build: Build
+    fixed: FixResult
+    measured: Measurement
+
+
 def _built(build: Build, remedies: list[Remedy], config: Config, artifact: str,
-           batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> tuple[Any, Build, Measurement]:
+           batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> _Candidate:
     try:
         program, changed = build_program(build, remedies)
     except Exception as exc:  # export or quantization raised with this remedy
         raise RemedyError(f"export/quantization failed: {type(exc).__name__}: {first_line(exc)}") from None
-    return program, changed, measure(program, remedies, config, artifact, batches, reference)
+    verify = verification_inputs(changed.example, list(changed.calibration))
+    fixed, measured = measure(program, remedies, config, artifact, verify, batches, reference)
+    return _Candidate(program, changed, fixed, measured)
 
 
 def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifact: str) -> Remediated:
@@ -168,12 +190,13 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
     reference = float_outputs(build.model, batches)
     guard = config.remedy_max_sqnr_drop_db
     try:
-        program, plain, baseline = _built(build, [], config, artifact, batches, reference)
+        plain = _built(build, [], config, artifact, batches, reference)
     except RemedyError as exc:
         raise ReadError(f"the plain build fails: {exc}") from None
+    baseline = plain.measured
     report = RemedyReport(artifact, baseline, sqnr_inputs=len(batches), max_sqnr_drop_db=guard)
     float_graph = export_float(build.model, build.example)
-    results: dict[RemedyName, tuple[Any, Build, Measurement]] = {}
+    kept: dict[RemedyName, _Candidate] = {}
     for name in names:
         remedy = REMEDIES[name]
         reason = remedy.not_applicable(float_graph)
@@ -181,11 +204,11 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
             report.outcomes.append(RemedyOutcome(name, RemedyStatus.SKIPPED, f"does not apply: {reason}"))
             continue
         try:
-            built = _built(build, [remedy], config, artifact, batches, reference)
+            candidate = _built(build, [remedy], config, artifact, batches, reference)
         except RemedyError as exc:
             report.outcomes.append(RemedyOutcome(name, RemedyStatus.FAILED, str(exc)))
             continue
-        measured = built[2]
+        measured = candidate.measured
         gains, drop = _gains(baseline, measured), sqnr_drop(baseline, measured)
         if not gains:
             report.outcomes.append(RemedyOutcome(name, RemedyStatus.SKIPPED, "did not help", measured))
@@ -197,24 +220,26 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
                 measured, remedy.user_change,
             ))
         else:
-            results[name] = built
+            kept[name] = candidate
             report.outcomes.append(RemedyOutcome(name, RemedyStatus.KEPT, "; ".join(gains), measured,
                                                  remedy.user_change))
-    if not results:
+    if not kept:
         report.final = baseline
-        return Remediated(program, plain, report)
-    if len(results) == 1:
-        program, changed, final = next(iter(results.values()))
+        return Remediated(plain.program, plain.build, report, plain.fixed)
+    if len(kept) == 1:
+        final = next(iter(kept.values()))
     else:
-        kept = [REMEDIES[name] for name in results]
         try:
-            program, changed, final = _built(build, kept, config, artifact, batches, reference)
+            final = _built(build, [REMEDIES[name] for name in kept], config, artifact, batches, reference)
         except RemedyError as exc:
-            return Remediated(program, plain, report, f"the kept remedies together fail, nothing written: {exc}")
-    report.final = final
-    if sqnr_drop(baseline, final) > guard:
-        return Remediated(program, changed, report, (
-            f"with {', '.join(results)} together the SQNR drops {sqnr_drop(baseline, final):.2f} dB "
-            f"({baseline.sqnr_db:.1f} -> {final.sqnr_db:.1f} dB), over the {guard:g} dB guard; nothing written"
+            return Remediated(plain.program, plain.build, report, plain.fixed,
+                              f"the kept remedies together fail, nothing written: {exc}")
+    report.final = final.measured
+    drop = sqnr_drop(baseline, final.measured)
+    if drop > guard:
+        return Remediated(final.program, final.build, report, final.fixed, (
+            f"with {', '.join(kept)} together the SQNR drops {drop:.2f} dB "
+            f"({baseline.sqnr_db:.1f} -> {final.measured.sqnr_db:.1f} dB), over the {guard:g} dB guard; "
+            "nothing written"
         ))
-    return Remediated(program, changed, report)
+    return Remediated(final.program, final.build, report, final.fixed)

@@ -197,7 +197,7 @@ def test_the_api_builds_remedies_folds_and_returns_a_verified_pte() -> None:
 @pytest.mark.parametrize(
     ("text", "line", "key", "message"),
     [
-        ("remedies: [channels_last]\n", 1, "remedies", "'channels_last' is not one of channels-last, unfused-attention"),
+        ("remedies: [channels_last]\n", 1, "remedies", "'channels_last' is not one of channels-last"),
         ("remedy_max_sqnr_drop_db: -1\n", 1, "remedy_max_sqnr_drop_db", "must be a number of dB from 0"),
         ("targets:\n  - factory: m:f\n    remedies: unfused-attention\n", 3, "targets.remedies", "expected a list"),
     ],
