@@ -255,38 +255,49 @@ def _shared_nodes(graph: Any) -> set[Node]:
     return referred
 
 
+def _derived_spec(spec: QuantizationSpec, derived_from: Any, scale: ConstantScale) -> DerivedQuantizationSpec:
+    bounds = torch.iinfo(spec.dtype)
+    return DerivedQuantizationSpec(
+        derived_from=[derived_from],
+        derive_qparams_fn=functools.partial(_derived_qparams, scale.op, scale.constant),
+        dtype=spec.dtype,
+        quant_min=spec.quant_min if spec.quant_min is not None else bounds.min,
+        quant_max=spec.quant_max if spec.quant_max is not None else bounds.max,
+        qscheme=spec.qscheme,
+    )
+
+
 def derive_scale_qparams(graph: Any) -> list[ConstantScale]:
-    """Give each annotated constant scale the output qparams its input's imply: scale S/c (or S·c), same zero point.
+    """Quantize each constant scale's result with the qparams its input's imply: scale S/c (or S·c), same zero point.
 
     Then `quantize(dequantize(q) / c)` is `q` again, an identity the fold removes.
-    Only a scale with one consumer, whose input quantizer becomes a share of the
-    scale's output, changes; one whose output or input another annotation shares
-    or derives from is left, so no other op's qparams move.
+    Where the quantizer annotated the scale, its output qspec becomes derived from
+    its input edge and its one consumer shares it; where it did not (the quantize
+    after it is its consumer's input), that input qspec becomes derived from the
+    scale's producer. A scale with several consumers, or whose output or input
+    another annotation shares or derives from, is left: no other op's qparams move.
     """
     shared = _shared_nodes(graph)
     changed = []
     for scale in constant_scales(graph):
-        node = scale.node
-        annotation = node.meta.get("quantization_annotation")
-        users = list(node.users)
-        if (annotation is None or node in shared or len(users) != 1
-                or not isinstance(annotation.output_qspec, QuantizationSpec)
-                or not isinstance(annotation.input_qspec_map.get(scale.input), QuantizationSpec)):
+        node, users = scale.node, list(scale.node.users)
+        if node in shared or scale.input in shared or len(users) != 1:
             continue
         consumer = users[0].meta.get("quantization_annotation")
-        if consumer is None or not isinstance(consumer.input_qspec_map.get(node), QuantizationSpec):
+        if consumer is None or not isinstance(read := consumer.input_qspec_map.get(node), QuantizationSpec):
             continue
-        spec = annotation.output_qspec
-        bounds = torch.iinfo(spec.dtype)
-        annotation.output_qspec = DerivedQuantizationSpec(
-            derived_from=[(scale.input, node)],
-            derive_qparams_fn=functools.partial(_derived_qparams, scale.op, scale.constant),
-            dtype=spec.dtype,
-            quant_min=spec.quant_min if spec.quant_min is not None else bounds.min,
-            quant_max=spec.quant_max if spec.quant_max is not None else bounds.max,
-            qscheme=spec.qscheme,
-        )
-        consumer.input_qspec_map[node] = SharedQuantizationSpec(node)
+        annotation = node.meta.get("quantization_annotation")
+        if annotation is None:
+            producer = scale.input.meta.get("quantization_annotation")
+            if producer is None or producer.output_qspec is None:
+                continue  # no quantize before the scale: nothing to derive from
+            consumer.input_qspec_map[node] = _derived_spec(read, scale.input, scale)
+        elif isinstance(annotation.output_qspec, QuantizationSpec) and isinstance(
+                annotation.input_qspec_map.get(scale.input), QuantizationSpec):
+            annotation.output_qspec = _derived_spec(annotation.output_qspec, (scale.input, node), scale)
+            consumer.input_qspec_map[node] = SharedQuantizationSpec(node)
+        else:
+            continue
         changed.append(scale)
     return changed
 

@@ -84,7 +84,8 @@ def test_unfused_attention_turns_the_transformer_encoder_attention_into_int8_ker
     skipped = outcome(done, RemedyName.CHANNELS_LAST)
     assert skipped.status == RemedyStatus.SKIPPED and "no 2-D convolution" in skipped.reason
     text = "\n".join(remedy_lines(done.report))
-    assert "Cortex-M kernels gained: cortex_m.quantized_batch_matmul x2, cortex_m.softmax x1" in text
+    gained = next(line for line in text.splitlines() if "Cortex-M kernels gained:" in line)
+    assert "cortex_m.quantized_batch_matmul x2" in gained and "cortex_m.softmax x1" in gained
     assert "unfuse_attention(" in text
 
 
@@ -102,6 +103,48 @@ def test_a_remedy_over_the_sqnr_guard_is_refused_with_its_numbers(remediated: Ca
     assert refused.status == RemedyStatus.REFUSED
     assert f"drops {drop:.2f} dB, over the {drop / 2:g} dB guard" in refused.reason
     assert done.report.final == done.report.baseline and done.error is None
+
+
+@pytest.mark.slow
+def test_derived_scale_qparams_leaves_sam_no_table_and_every_scale_an_identity(
+    remediated: Callable[..., Remediated],
+) -> None:
+    done = remediated("two_way_transformer")
+    base = done.report.baseline
+    kept = outcome(done, RemedyName.DERIVED_SCALE_QPARAMS)
+    assert kept.status == RemedyStatus.KEPT, kept.reason
+    assert base.table_folds == 7 and kept.measured.table_folds == 0  # the 7 softmax requantizes
+    assert "cortex_m.quantized_activation" not in kept.measured.kernels
+    scales = [f for f in done.fixed.summary.folds if f.code == "QL001"]
+    assert len(scales) == 7 and all(f.kind == "identity" for f in scales)
+    assert not [f for f in done.fixed.summary.folds if f.code == "QL004"]
+    assert kept.measured.sqnr_db >= base.sqnr_db - 1.0
+    assert "256-entry table folds 7 -> 0" in kept.reason
+
+
+def test_derived_qparams_change_only_the_scale_and_its_one_consumer() -> None:
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+    from torchao.quantization.pt2e.quantizer import DerivedQuantizationSpec
+
+    from examples.models import make_attention
+    from qlint.quantize import export_float
+    from qlint.remedies import derive_scale_qparams
+
+    model, example, _ = make_attention()
+    quantizer = CortexMQuantizer()
+    graph = quantizer.transform_for_annotation(export_float(model, example))
+    quantizer.annotate(graph)
+    before = {n: (dict(a.input_qspec_map), a.output_qspec) for n in graph.graph.nodes
+              if (a := n.meta.get("quantization_annotation")) is not None}
+    [scale] = derive_scale_qparams(graph)
+    assert scale.op == "div" and scale.constant == pytest.approx(16 ** 0.5)
+    (consumer,) = scale.node.users
+    changed = {n for n, (inputs, output) in before.items()
+               if (a := n.meta["quantization_annotation"]).output_qspec is not output or a.input_qspec_map != inputs}
+    assert changed == {consumer}  # the quantizer left the div unannotated: the quantize after it is the softmax's
+    derived = consumer.meta["quantization_annotation"].input_qspec_map[scale.node]
+    assert isinstance(derived, DerivedQuantizationSpec) and derived.derived_from == [scale.input]
+    assert derive_scale_qparams(graph) == []  # its input is now what another qspec derives from: left alone
 
 
 class Attention(torch.nn.Module):
