@@ -49,6 +49,7 @@ class RemedyName(StrEnum):
     CHANNELS_LAST = "channels-last"
     UNFUSED_ATTENTION = "unfused-attention"
     DERIVED_SCALE_QPARAMS = "derived-scale-qparams"
+    INT8_IO = "int8-io"
 
 
 class ConfigError(Exception):
@@ -377,7 +378,8 @@ targets: []
 # Remedies: export/quantization changes `qlint check --fix` makes to targets
 # (unsafe fixes: they change numerics). Each is tried alone and kept only if it
 # helps and the SQNR against the float model drops by at most the guard.
-# `--unsafe-fixes` tries all of them. Known: channels-last, unfused-attention.
+# `--unsafe-fixes` tries all of them. Known: channels-last, unfused-attention,
+# derived-scale-qparams, int8-io.
 remedies: []
 remedy_max_sqnr_drop_db: 1.0
 """

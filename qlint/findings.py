@@ -143,6 +143,27 @@ class Measurement:
     kernels: dict[str, int]      # Cortex-M kernels in the lowered program, by name
 
 
+@dataclass(frozen=True)
+class IOQParams:
+    """How the application converts one int8 program input (q = round(x / scale) + zero_point) or output."""
+
+    name: str
+    index: int        # position among the program's user inputs (or outputs)
+    scale: float
+    zero_point: int
+    qmin: int
+    qmax: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ProgramIO:
+    """The program inputs and outputs the `int8-io` remedy made integer; the others stay float."""
+
+    inputs: tuple[IOQParams, ...] = ()
+    outputs: tuple[IOQParams, ...] = ()
+
+
 class RemedyStatus(StrEnum):
     KEPT = "kept"          # it helped and accuracy stayed within the guard
     SKIPPED = "skipped"    # it does not apply, or it did not help
@@ -157,6 +178,7 @@ class RemedyOutcome:
     reason: str
     measured: Measurement | None = None
     user_change: tuple[str, ...] = ()
+    io: ProgramIO | None = None      # int8-io: what the application feeds and reads
 
 
 @dataclass
@@ -167,6 +189,7 @@ class RemedyReport:
     baseline: Measurement
     outcomes: list[RemedyOutcome] = field(default_factory=list)
     final: Measurement | None = None   # every kept remedy together
+    io: ProgramIO | None = None        # the final build's integer inputs and outputs (int8-io)
     sqnr_inputs: int = 0               # batches the SQNR was measured on
     max_sqnr_drop_db: float = 1.0
 

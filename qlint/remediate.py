@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from qlint.config import Config, RemedyName
-from qlint.findings import Measurement, RemedyOutcome, RemedyReport, RemedyStatus
+from qlint.findings import Measurement, ProgramIO, RemedyOutcome, RemedyReport, RemedyStatus
 from qlint.fix import FixError, FixResult, VerificationError, fix_program, run_program, verification_inputs
 from qlint.folds import FoldKind
 from qlint.graph_view import op_name
@@ -35,7 +35,10 @@ from qlint.remedies import (
     apply_to_build,
     apply_to_graph,
     apply_to_inputs,
+    apply_to_program,
     apply_to_quantizer,
+    feed,
+    read,
 )
 
 SQNR_SEEDS = 4  # seeded batches added to the calibration batches for the SQNR
@@ -99,22 +102,25 @@ def float_outputs(model: Any, batches: Sequence[tuple[Any, ...]]) -> list[torch.
         return [t for batch in batches for t in _flat(model.eval()(*batch))]
 
 
-def build_program(build: Build, remedies: list[Remedy]) -> tuple[Any, Build]:
-    """The quantized ExportedProgram of `build` with `remedies`, and the build in its layout."""
+def build_program(build: Build, remedies: list[Remedy]) -> tuple[Any, Build, ProgramIO | None]:
+    """The quantized ExportedProgram of `build` with `remedies`, the build in its layout, and its integer IO."""
     from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
 
     changed = apply_to_build(build, remedies)
     graph = apply_to_graph(export_float(changed.model, changed.example), remedies)
     quantizer = apply_to_quantizer(CortexMQuantizer(), remedies)
-    return quantize_graph(graph, changed.example, list(changed.calibration), quantizer), changed
+    program = quantize_graph(graph, changed.example, list(changed.calibration), quantizer)
+    return program, changed, apply_to_program(program, remedies)
 
 
-def measure(program: Any, remedies: list[Remedy], config: Config, artifact: str, verify: Sequence[tuple[Any, ...]],
-            batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> tuple[FixResult, Measurement]:
+def measure(program: Any, config: Config, artifact: str, verify: Sequence[tuple[Any, ...]],
+            batches: Sequence[tuple[Any, ...]], io: ProgramIO | None,
+            reference: Sequence[torch.Tensor]) -> tuple[FixResult, Measurement]:
     """Fix `program` as `--fix` would (exact folds, verified on `verify`), and measure the result.
 
     The figures are those of the program `--fix` writes, so a remedy whose gain is
-    a better fold (an identity instead of a table) shows it.
+    a better fold (an identity instead of a table) shows it. `verify` and `batches`
+    are as the program takes them; its integer outputs are read back through `io`.
     """
     try:
         fixed = fix_program(program, artifact, config, verify)
@@ -122,7 +128,7 @@ def measure(program: Any, remedies: list[Remedy], config: Config, artifact: str,
         raise RemedyError(str(exc)) from None
     lowered = fixed.program
     try:
-        outputs = run_program(lowered, [apply_to_inputs(b, remedies) for b in batches])
+        outputs = [read(batch, io) for batch in run_program(lowered, batches)]
     except Exception as exc:  # the fixed program cannot run on these batches
         raise RemedyError(f"the lowered program does not run: {first_line(exc)}") from None
     names = (op_name(n).removesuffix(".default") for n in lowered.graph.nodes if n.op == "call_function")
@@ -165,20 +171,23 @@ def sqnr_drop(before: Measurement, after: Measurement) -> float:
 @dataclass
 class _Candidate:
     program: Any
-    build: Build
+    build: Build            # in the program's layout and input dtypes
     fixed: FixResult
     measured: Measurement
+    io: ProgramIO | None
 
 
 def _built(build: Build, remedies: list[Remedy], config: Config, artifact: str,
            batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> _Candidate:
     try:
-        program, changed = build_program(build, remedies)
+        program, changed, io = build_program(build, remedies)
     except Exception as exc:  # export or quantization raised with this remedy
         raise RemedyError(f"export/quantization failed: {type(exc).__name__}: {first_line(exc)}") from None
-    verify = verification_inputs(changed.example, list(changed.calibration))
-    fixed, measured = measure(program, remedies, config, artifact, verify, batches, reference)
-    return _Candidate(program, changed, fixed, measured)
+    verify = [feed(b, io) for b in verification_inputs(changed.example, list(changed.calibration))]
+    fed = [feed(apply_to_inputs(b, remedies), io) for b in batches]
+    fixed, measured = measure(program, config, artifact, verify, fed, io, reference)
+    as_fed = Build(changed.model, feed(changed.example, io), tuple(feed(b, io) for b in changed.calibration))
+    return _Candidate(program, as_fed, fixed, measured, io)
 
 
 def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifact: str) -> Remediated:
@@ -208,7 +217,11 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
         except RemedyError as exc:
             report.outcomes.append(RemedyOutcome(name, RemedyStatus.FAILED, str(exc)))
             continue
-        measured = candidate.measured
+        measured, io = candidate.measured, candidate.io
+        if io is not None and not io.inputs and not io.outputs:
+            report.outcomes.append(RemedyOutcome(name, RemedyStatus.SKIPPED, (
+                "does not apply: no program input feeds one quantize and no output is a dequantize")))
+            continue
         gains, drop = _gains(baseline, measured), sqnr_drop(baseline, measured)
         if not gains:
             report.outcomes.append(RemedyOutcome(name, RemedyStatus.SKIPPED, "did not help", measured))
@@ -217,12 +230,12 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
                 name, RemedyStatus.REFUSED,
                 f"SQNR {baseline.sqnr_db:.1f} -> {measured.sqnr_db:.1f} dB drops {drop:.2f} dB, over the "
                 f"{guard:g} dB guard (remedy_max_sqnr_drop_db); it would give {', '.join(gains)}",
-                measured, remedy.user_change,
+                measured, remedy.user_change, io,
             ))
         else:
             kept[name] = candidate
             report.outcomes.append(RemedyOutcome(name, RemedyStatus.KEPT, "; ".join(gains), measured,
-                                                 remedy.user_change))
+                                                 remedy.user_change, io))
     if not kept:
         report.final = baseline
         return Remediated(plain.program, plain.build, report, plain.fixed)
@@ -234,7 +247,7 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
         except RemedyError as exc:
             return Remediated(plain.program, plain.build, report, plain.fixed,
                               f"the kept remedies together fail, nothing written: {exc}")
-    report.final = final.measured
+    report.final, report.io = final.measured, final.io
     drop = sqnr_drop(baseline, final.measured)
     if drop > guard:
         return Remediated(final.program, final.build, report, final.fixed, (

@@ -11,7 +11,16 @@ from tabulate import tabulate
 
 from qlint import __version__
 from qlint.catalog import load_catalog
-from qlint.findings import Finding, FixSummary, Measurement, RemedyReport, RemedyStatus, Report, Severity
+from qlint.findings import (
+    Finding,
+    FixSummary,
+    Measurement,
+    ProgramIO,
+    RemedyReport,
+    RemedyStatus,
+    Report,
+    Severity,
+)
 from qlint.inputs import printable
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -130,6 +139,16 @@ def kernels_gained(before: Measurement, after: Measurement) -> dict[str, int]:
     return dict(Counter(after.kernels) - Counter(before.kernels))
 
 
+def io_lines(io: ProgramIO | None) -> list[str]:
+    """What the application converts for an int8-io program."""
+    if io is None:
+        return []
+    lines = [f"    input {q.index} ({q.name}) is {q.dtype}: q = clamp(round(x / {q.scale:.8g}) {q.zero_point:+d}, "
+             f"{q.qmin}, {q.qmax})" for q in io.inputs]
+    lines += [f"    output {q.index} is {q.dtype}: x = (q {-q.zero_point:+d}) * {q.scale:.8g}" for q in io.outputs]
+    return lines
+
+
 def remedy_lines(remedied: RemedyReport) -> list[str]:
     lines = [f"{remedied.artifact}: remedies (unsafe fixes; SQNR of the int8 program against the float model "
              f"on {remedied.sqnr_inputs} inputs, guard {remedied.max_sqnr_drop_db:g} dB)",
@@ -141,6 +160,7 @@ def remedy_lines(remedied: RemedyReport) -> list[str]:
         if outcome.status == RemedyStatus.KEPT:
             lines.append("    in your export script:")
             lines.extend(f"      {line}" for line in outcome.user_change)
+            lines.extend(io_lines(outcome.io))
     if remedied.kept and remedied.final is not None:
         lines.append(f"  after: {_measured(remedied.final)}")
         gained = kernels_gained(remedied.baseline, remedied.final)

@@ -122,6 +122,29 @@ def test_derived_scale_qparams_leaves_sam_no_table_and_every_scale_an_identity(
     assert "256-entry table folds 7 -> 0" in kept.reason
 
 
+@pytest.mark.slow
+def test_int8_io_shrinks_sams_arena_and_reports_what_the_application_feeds(
+    remediated: Callable[..., Remediated],
+) -> None:
+    done = remediated("two_way_transformer")
+    base = done.report.baseline
+    assert (base.arena_bytes, base.live_peak_bytes) == (5728, 5248)  # the most exact folds reach
+    kept = outcome(done, RemedyName.INT8_IO)
+    assert kept.status == RemedyStatus.KEPT, kept.reason
+    assert kept.measured.arena_bytes < 5728 and kept.measured.live_peak_bytes < 5248
+    assert [q.name for q in kept.io.inputs] == ["image_embedding", "image_pe", "point_embedding"]
+    assert [q.index for q in kept.io.outputs] == [0, 1] and {q.dtype for q in kept.io.outputs} == {"int8"}
+    assert kept.measured.sqnr_db == pytest.approx(base.sqnr_db, abs=0.01)  # the same quantize, done outside
+    final = done.report.final  # with derived-scale-qparams: no table, and the smaller arena
+    assert final.table_folds == 0 and final.arena_bytes == kept.measured.arena_bytes
+    placeholders = [n for n in done.fixed.program.graph.nodes if n.op == "placeholder"
+                    and n.name in done.fixed.program.graph_signature.user_inputs]
+    assert [n.meta["val"].dtype for n in placeholders] == [torch.int8] * 3
+    assert all(t.dtype == torch.int8 for t in done.build.example)  # what --fix verified the .pte with
+    text = "\n".join(remedy_lines(done.report))
+    assert "input 0 (image_embedding) is int8: q = clamp(round(x / " in text and "output 1 is int8: x = (q " in text
+
+
 def test_derived_qparams_change_only_the_scale_and_its_one_consumer() -> None:
     from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
     from torchao.quantization.pt2e.quantizer import DerivedQuantizationSpec
