@@ -17,6 +17,7 @@ _QUIET = {
     "torchao": logging.ERROR,
     "torch": logging.ERROR,
     "torch._subclasses.fake_tensor": logging.CRITICAL,
+    "torch.export._trace": logging.CRITICAL,  # repeats, as log lines, the export error qlint reports
     "executorch": logging.ERROR,
     "executorch.exir.pass_manager": logging.ERROR,  # "PassManager is deprecated" on every lowering
     "root": logging.ERROR,

@@ -35,11 +35,20 @@ class LoweringError(Exception):
 
 
 def first_line(exc: BaseException) -> str:
-    """The most specific one-line message in an exception chain."""
+    """The most specific one-line message in an exception chain.
+
+    Dynamo puts the failing call and the real error on an `Explanation:` line
+    under a generic first line ("RuntimeError when making fake tensor call"):
+    that line is kept too.
+    """
     while exc.__cause__ is not None:
         exc = exc.__cause__
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    explanation = next((line.strip().removeprefix("Explanation:").strip() for line in text[1:]
+                        if line.strip().startswith("Explanation:")), None)
+    return f"{text[0]}: {explanation}" if explanation else text[0]
 
 
 def _node_in(exc: BaseException) -> str | None:

@@ -170,6 +170,31 @@ def test_derived_qparams_change_only_the_scale_and_its_one_consumer() -> None:
     assert derive_scale_qparams(graph) == []  # its input is now what another qspec derives from: left alone
 
 
+class ConvThenView(torch.nn.Module):
+    """Flattens with `view`, which a channels_last tensor does not allow."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.fc = torch.nn.Conv2d(3, 4, 3), torch.nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        return self.fc(y.view(y.shape[0], -1))
+
+
+@pytest.mark.slow
+def test_a_remedy_that_breaks_export_fails_with_its_cause_and_the_target_is_built_without_it() -> None:
+    torch.manual_seed(0)
+    example = (torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0)),)
+    done = remediate(Build(ConvThenView().eval(), example, (example,)), [RemedyName.CHANNELS_LAST], Config(), "v")
+    [failed] = done.report.outcomes
+    assert failed.status == RemedyStatus.FAILED and failed.measured is None
+    assert failed.reason.startswith("export/quantization failed: TorchRuntimeError:")
+    assert "Cannot view a tensor with shape torch.Size([1, 4, 6, 6])" in failed.reason and "\n" not in failed.reason
+    assert done.error is None and done.fixed.pte  # the plain build, verified
+    assert done.report.final == done.report.baseline and done.build.example[0].is_contiguous()
+
+
 class Attention(torch.nn.Module):
     def __init__(self, mask: torch.Tensor | None = None, causal: bool = False, scale: float | None = None) -> None:
         super().__init__()
