@@ -20,7 +20,8 @@ from torch.fx import Node
 
 from qlint.graph_view import base_name, op_name, output_value
 
-CHANNELS_LAST = "export with model.to(memory_format=torch.channels_last) and channels_last example inputs"
+CHANNELS_LAST = ("export with model.to(memory_format=torch.channels_last) and channels_last example inputs "
+                 "(for a config target: the channels-last remedy, qlint fix --unsafe-fixes)")
 # What each checker requires, in words, and the change in the export code that meets it.
 _CHECKERS = {
     "CortexMConv2DCheck": ("channels_last tensors", CHANNELS_LAST),
@@ -90,7 +91,7 @@ FAST_PATH_OFF = ("fix: export with the fast path off: call torch.backends.mha.se
                  "before torch.export.export")
 SDPA = "scaled_dot_product"
 UNFUSED = ("fix: write the attention unfused (`q @ k.transpose(-2, -1) * scale`, softmax, `@ v`) "
-           "so each op meets its quantizer pattern")
+           "so each op meets its quantizer pattern (for a config target: the unfused-attention remedy)")
 
 
 def _from_sdpa(node: Node) -> bool:
