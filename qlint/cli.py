@@ -63,9 +63,9 @@ def _progress_bar(args: argparse.Namespace) -> Callable[[int, int, str], None] |
 
 def _write_spec(value: str) -> tuple[str, Path]:
     fmt, _, path = value.partition(":")
-    if fmt not in OUTPUT_FORMATS or fmt == "text" or not path:
+    if (fmt not in OUTPUT_FORMATS and fmt != "patch") or fmt == "text" or not path:
         raise argparse.ArgumentTypeError(
-            f"{value!r} is not FORMAT:PATH with FORMAT one of json, github, sarif, markdown"
+            f"{value!r} is not FORMAT:PATH with FORMAT one of json, github, sarif, markdown, patch"
         )
     return fmt, Path(path)
 
@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_write_spec,
         default=[],
         metavar="FORMAT:PATH",
-        help="also write the report in FORMAT (json, github, sarif, markdown) to PATH; repeatable",
+        help="also write the report in FORMAT (json, github, sarif, markdown) to PATH; repeatable. "
+        "patch:PATH writes the kept channels-last remedy as a diff of each target's factory",
     )
     check.add_argument("--target-cpu", choices=CPUS, help="Cortex-M CPU to lower for (overrides the config)")
     check.add_argument(
@@ -300,8 +301,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     from qlint.output import write_atomic
 
     for fmt, path in args.write:
+        if fmt == "patch":
+            from qlint.patches import remedy_patch
+
+            patch = remedy_patch(report.remedies, config.root)
+            for note in patch.notes:
+                print(f"qlint: patch: {printable(note)}", file=sys.stderr)
+            text = patch.diff
+        else:
+            text = reporters.FORMATS[fmt](report) + "\n"
         try:
-            write_atomic(path, (reporters.FORMATS[fmt](report) + "\n").encode())
+            write_atomic(path, text.encode())
         except OSError as exc:
             print(f"qlint: error: cannot write {printable(str(path))}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_ERROR

@@ -168,10 +168,13 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
         model, example, calibration = call_factory(target, config.base, config.root)
         remedies = target_remedies(target, config, options)
         if remedies:
+            from qlint.quantize import module_file
             from qlint.remediate import remediate
             from qlint.remedies import Build
 
             remediated = remediate(Build(model, example, tuple(calibration or ())), remedies, config, artifact)
+            remediated.report.factory = target.factory
+            remediated.report.factory_file = module_file(target.factory.split(":")[0]) or ""
             report.remedies.append(remediated.report)
             if remediated.error is not None:
                 report.errors.append(InputError(artifact, remediated.error))

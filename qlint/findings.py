@@ -192,6 +192,8 @@ class RemedyReport:
     io: ProgramIO | None = None        # the final build's integer inputs and outputs (int8-io)
     sqnr_inputs: int = 0               # batches the SQNR was measured on
     max_sqnr_drop_db: float = 1.0
+    factory: str = ""                  # `module:function` of a config target
+    factory_file: str = ""             # its module's file, for `--write patch:`
 
     @property
     def kept(self) -> list[RemedyOutcome]:

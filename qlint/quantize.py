@@ -91,7 +91,7 @@ def call_factory(target: Target, base: Path, root: Path) -> tuple[Any, tuple[Any
     importlib.invalidate_caches()
     what = f"factory {target.factory}"
     try:
-        origin = _module_file(module_name)
+        origin = module_file(module_name)
         if origin is None or not _inside(origin, root):
             raise ReadError(f"{module_name} is not a module file of this repository ({origin or 'built in'}); "
                             "factories are imported from the repository only")
@@ -121,7 +121,7 @@ def call_factory(target: Target, base: Path, root: Path) -> tuple[Any, tuple[Any
     return model, example, calibration
 
 
-def _module_file(name: str) -> str | None:
+def module_file(name: str) -> str | None:
     """Where `name` would be imported from, found without running it (its parent packages do run)."""
     try:
         spec = importlib.util.find_spec(name)

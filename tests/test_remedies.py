@@ -235,7 +235,9 @@ def make():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3))
     g = torch.Generator().manual_seed(0)
-    return model.eval(), (torch.randn(1, 3, 8, 8, generator=g),), [(torch.randn(1, 3, 8, 8, generator=g),)]
+    example = (torch.randn(1, 3, 8, 8, generator=g),)
+    calibration = [(torch.randn(1, 3, 8, 8, generator=g),)]
+    return model.eval(), example, calibration
 '''
 
 
@@ -254,9 +256,17 @@ def test_fix_with_unsafe_fixes_builds_the_target_channels_last_and_reports_it(
     code, out, err = run_cli([*args, "--fix"], capsys)  # no remedy selected: the plain build
     assert json.loads(out)["remedies"] == []
 
-    code, out, err = run_cli([*args, "--fix", "--unsafe-fixes"], capsys)
+    code, out, err = run_cli([*args, "--diff", "--unsafe-fixes"], capsys)  # measured and planned, nothing written
+    report = json.loads(out)
+    assert code == 0 and not (tmp_path / "convs.pte").exists(), err
+    assert report["remedies"][0]["final"]["coverage"] == 1.0 and report["fixes"][0]["dry_run"]
+
+    code, out, err = run_cli([*args, "--fix", "--unsafe-fixes", "--write", f"patch:{tmp_path / 'fix.diff'}"], capsys)
     report = json.loads(out)
     assert code == 0, err
+    # `model.eval()` is not a plain name: the change is not mechanical, and the diff says nothing
+    assert "channels-last is not mechanical in convs.py: line 10 does not return" in err
+    assert (tmp_path / "fix.diff").read_text() == ""
     [remedied] = report["remedies"]
     kept = {o["remedy"]: o for o in remedied["outcomes"]}["channels-last"]
     assert kept["status"] == "kept" and kept["measured"]["coverage"] == 1.0
@@ -313,3 +323,43 @@ def test_remedy_settings_are_read_per_config_and_per_target(tmp_path: Path) -> N
     config = load_config(path)
     assert config.remedies == (RemedyName.CHANNELS_LAST,) and config.remedy_max_sqnr_drop_db == 2.0
     assert [t.remedies for t in config.targets] == [None, ()]
+
+
+PLAIN_RETURN = CONV_TARGET.replace("return model.eval(), example, calibration", "return model, example, calibration")
+
+
+def test_channels_last_is_written_as_a_diff_that_applies_and_moves_the_factorys_results(tmp_path: Path) -> None:
+    import subprocess
+
+    from qlint.findings import Measurement, RemedyOutcome, RemedyReport
+    from qlint.patches import remedy_patch
+
+    factory = tmp_path / "convs.py"
+    factory.write_text(PLAIN_RETURN)
+    figures = Measurement(1.0, 0, 0, 0, 0, 0, 30.0, {})
+    report = RemedyReport("target:convs", figures, [RemedyOutcome("channels-last", RemedyStatus.KEPT, "", figures)],
+                          factory="convs:make", factory_file=str(factory))
+    patch = remedy_patch([report], tmp_path)
+    assert patch.notes == ["target:convs: channels-last written as a change to convs.py"]
+    assert patch.diff.startswith("--- a/convs.py\n+++ b/convs.py\n")
+    assert "+    model = model.to(memory_format=torch.channels_last)\n" in patch.diff
+    assert factory.read_text() == PLAIN_RETURN  # the source is never edited
+    (tmp_path / "fix.diff").write_text(patch.diff)
+    subprocess.run(["git", "apply", "fix.diff"], cwd=tmp_path, check=True)
+    namespace: dict[str, Any] = {}
+    exec(factory.read_text(), namespace)
+    model, example, calibration = namespace["make"]()
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert all(b[0].is_contiguous(memory_format=torch.channels_last) for b in [example, *calibration])
+
+
+def test_only_plain_returns_of_the_factory_are_mechanical() -> None:
+    from qlint.patches import channels_last
+
+    nested = "def make():\n    def inner():\n        return f()\n    m, e = inner()\n    return m, e\n"
+    lines = channels_last(nested, "make")
+    assert isinstance(lines, list) and "    import torch\n" in lines  # the module does not import torch
+    assert "        return f()\n" in lines  # the inner function's return is not the factory's
+    assert channels_last("def make():\n    return build()\n", "make") == (
+        "line 2 does not return `model, example_inputs[, calibration]` as plain names")
+    assert channels_last("def other():\n    return 1\n", "make") == "no module-level `def make` in it"
