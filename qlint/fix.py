@@ -102,14 +102,17 @@ def apply(program: Any, fold: Fold) -> None:
 def run_program(program: Any, inputs: Sequence[tuple[Any, ...]]) -> list[list[torch.Tensor]]:
     module = program.module()
     with torch.no_grad():
-        return [[o for o in _flatten(module(*batch))] for batch in inputs]
+        return [[o for o in flatten(module(*batch))] for batch in inputs]
 
 
-def _flatten(value: Any) -> list[torch.Tensor]:
+def flatten(value: Any) -> list[torch.Tensor]:
+    """The tensors of a (nested) output, in order."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flatten(v)]
+        return [t for v in value for t in flatten(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in flatten(v)]
     return []
 
 

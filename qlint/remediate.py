@@ -1,12 +1,12 @@
 """Try each requested remedy on a target alone, keep what helps within the accuracy guard.
 
-Each build is exported, quantized and lowered the way `qlint check` does it, then
-measured: int8 coverage, fp32 ops and elements per inference, the planned arena
-and its live peak, and the SQNR of the lowered int8 program against the float
-model on the calibration batches plus seeded ones. A remedy is kept when one of
-the first four improves and its SQNR is at most `remedy_max_sqnr_drop_db` below
-the plain build's; the kept ones are then built together, and that build, also
-within the guard, is what `--fix` folds and writes.
+Each build is exported, quantized, lowered and fixed (exact folds, verified) the
+way `qlint fix` does it, then measured: int8 coverage, fp32 ops and elements per
+inference, the planned arena and its live peak, the 256-entry table folds, and
+the SQNR of the program against the float model on the calibration batches plus
+seeded ones. A remedy is kept when one of the first five improves and its SQNR
+is at most `remedy_max_sqnr_drop_db` below the plain build's; the kept ones are
+then built together, and that build, also within the guard, is what `--fix` writes.
 """
 
 from __future__ import annotations
@@ -21,7 +21,15 @@ import torch
 
 from qlint.config import Config, RemedyName
 from qlint.findings import Measurement, ProgramIO, RemedyOutcome, RemedyReport, RemedyStatus
-from qlint.fix import FixError, FixResult, VerificationError, fix_program, run_program, verification_inputs
+from qlint.fix import (
+    FixError,
+    FixResult,
+    VerificationError,
+    fix_program,
+    flatten,
+    run_program,
+    verification_inputs,
+)
 from qlint.folds import FoldKind
 from qlint.graph_view import op_name
 from qlint.inputs import ReadError
@@ -50,7 +58,7 @@ class RemedyError(Exception):
 
 @dataclass
 class Remediated:
-    """The build `--fix` goes on with: the quantized program and the inputs in its layout.
+    """The build `--fix` goes on with: the quantized program and its inputs in its layout and dtypes.
 
     `error` says why nothing may be written (the kept remedies together fail, or
     drop the SQNR over the guard); the report is complete either way.
@@ -87,19 +95,10 @@ def sqnr_batches(build: Build, seeds: int = SQNR_SEEDS) -> list[tuple[Any, ...]]
     return batches
 
 
-def _flat(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value.detach().reshape(-1)]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flat(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _flat(v)]
-    return []
-
-
 def float_outputs(model: Any, batches: Sequence[tuple[Any, ...]]) -> list[torch.Tensor]:
+    """Every output tensor of the float model on every batch, flat, in order."""
     with torch.no_grad(), without_fast_paths():
-        return [t for batch in batches for t in _flat(model.eval()(*batch))]
+        return [t.reshape(-1) for batch in batches for t in flatten(model.eval()(*batch))]
 
 
 def build_program(build: Build, remedies: list[Remedy]) -> tuple[Any, Build, ProgramIO | None]:
