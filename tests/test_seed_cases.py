@@ -228,7 +228,7 @@ def test_an_nchw_convolution_names_the_quantizer_check_and_channels_last(linted:
     assert finding.details["reason"] == (
         "aten.convolution.default: CortexMQuantizer's conv2d pattern refused it (CortexMConv2DCheck): it needs "
         "channels_last tensors; fix: export with model.to(memory_format=torch.channels_last) and channels_last "
-        "example inputs"
+        "example inputs (for a config target: the channels-last remedy, qlint fix --unsafe-fixes)"
     )
     assert "does not lower" not in finding.message
 
