@@ -255,6 +255,7 @@ def test_fix_with_unsafe_fixes_builds_the_target_channels_last_and_reports_it(
 
     code, out, err = run_cli([*args, "--fix"], capsys)  # no remedy selected: the plain build
     assert json.loads(out)["remedies"] == []
+    (tmp_path / "convs.pte").unlink()
 
     code, out, err = run_cli([*args, "--diff", "--unsafe-fixes"], capsys)  # measured and planned, nothing written
     report = json.loads(out)
