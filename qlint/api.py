@@ -78,7 +78,7 @@ def remedy(
     """Export and quantize `module` for Cortex-M with each remedy that helps, then fold and verify.
 
     Each remedy is tried alone and kept only when it raises int8 coverage or lowers
-    fp32 elements, the arena or its live peak, with the SQNR against the float
+    fp32 elements, the arena, its live peak or the table folds, with the SQNR against the float
     model at most `config.remedy_max_sqnr_drop_db` lower. Raises FixError (nothing
     built) when the kept remedies together fail or cost more accuracy than that.
     """

@@ -64,6 +64,8 @@ def channels_last(source: str, function: str) -> list[str] | str:
         tree = ast.parse(source)
     except SyntaxError as exc:
         return f"cannot parse it: {exc.msg} (line {exc.lineno})"
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, nesting beyond the parser
+        return f"cannot parse it: {type(exc).__name__}"
     factory = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function), None)
     if factory is None:
         return f"no module-level `def {function}` in it"

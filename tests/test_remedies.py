@@ -364,3 +364,6 @@ def test_only_plain_returns_of_the_factory_are_mechanical() -> None:
     assert channels_last("def make():\n    return build()\n", "make") == (
         "line 2 does not return `model, example_inputs[, calibration]` as plain names")
     assert channels_last("def other():\n    return 1\n", "make") == "no module-level `def make` in it"
+    # a hostile source is a reason, not a crash: nesting beyond the parser, null bytes
+    assert channels_last("x = " + "-" * 200000 + "1\n", "make") == "cannot parse it: MemoryError"
+    assert channels_last("def make():\n    return a\x00\n", "make").startswith("cannot parse it:")
