@@ -1,6 +1,7 @@
-"""Answer a check of an unchanged artifact from disk, without importing torch.
+"""Answer a check of an unchanged artifact or config target from disk, without importing torch.
 
-An entry is keyed by the artifact's bytes, its displayed name, the config
+An entry is keyed by the artifact's bytes (a target's: the repository files its
+factory imports, see `Cache.target_key`), its displayed name, the config
 (contents, mtime and command-line overrides), a hash of qlint's own code and
 the versions of qlint, torch, torchao and executorch (read from package
 metadata, not by importing them).
@@ -14,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import typing
 from functools import lru_cache
 from importlib import metadata, resources
@@ -22,7 +24,7 @@ from typing import Any
 
 from qlint import __version__
 from qlint.catalog import load_catalog
-from qlint.config import CONFIG_MAX_BYTES, Config
+from qlint.config import CONFIG_MAX_BYTES, Config, Target
 from qlint.findings import ArtifactStats, Finding, Location, Report, Severity
 from qlint.inputs import ReadError, read_input
 from qlint.options import RunOptions
@@ -91,6 +93,23 @@ class Cache:
         digest = hashlib.sha256(self.salt.encode())
         digest.update(artifact.encode() + b"\0")
         digest.update(data)
+        return digest.hexdigest()
+
+    def target_key(self, target: Target, config: Config) -> str | None:
+        """The entry for a config target: its definition and the contents of every repository
+        file its factory imports (`qlint.imports`), with the versions of what it imports from
+        outside. None when the imports cannot be known without running them."""
+        from qlint.imports import dependencies
+
+        module = target.factory.split(":")[0]
+        found = dependencies(module, config.base, config.root, config.limits.file_bytes)
+        if found.uncacheable is not None:
+            return None
+        digest = hashlib.sha256(self.salt.encode())
+        digest.update(json.dumps({"target": dataclasses.asdict(target), "python": sys.version,
+                                  "imports": found.distributions}, sort_keys=True, default=str).encode())
+        for path, body in found.files.items():
+            digest.update(b"\0" + path.encode() + b"\0" + hashlib.sha256(body).digest())
         return digest.hexdigest()
 
     def _file(self, key: str) -> Path:

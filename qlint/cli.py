@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--diff", action="store_true", help="with --fix: print what each fold would change, write nothing"
     )
     check.add_argument(
-        "--output-dir", type=Path, help="with --fix: write .pte files here instead of next to each input"
+        "--output-dir", type=Path,
+        help="with --fix: write .pte files here instead of next to each input (created when missing)",
     )
     check.add_argument(
         "--unsafe-fixes",
@@ -260,9 +261,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         print("qlint: error: --unsafe-fixes needs --fix or --diff", file=sys.stderr)
         return EXIT_ERROR
     if args.fix or args.diff:
-        if args.output_dir is not None and not args.output_dir.is_dir():
-            print(f"qlint: error: --output-dir {args.output_dir}: not a directory", file=sys.stderr)
-            return EXIT_ERROR
+        if args.output_dir is not None and not args.diff:
+            from qlint.output import ensure_directory
+
+            problem = ensure_directory(args.output_dir)
+            if problem:
+                print(f"qlint: error: --output-dir {printable(str(args.output_dir))}: {problem}", file=sys.stderr)
+                return EXIT_ERROR
         fix = FixOptions(output_dir=args.output_dir, dry_run=args.diff, unsafe_fixes=args.unsafe_fixes)
     options = RunOptions(order=LoweringOrder(args.lowering), verbose=args.verbose, fix=fix)
     cache = None

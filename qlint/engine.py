@@ -261,8 +261,16 @@ def plan_work(
     return work, errors
 
 
-def run_one(work: Work, config: Config, options: RunOptions, cache: Any = None, *, isolate: bool = False) -> Report:
-    """One file or target; targets always in a child process of their own."""
+def target_key(work: Work, config: Config, options: RunOptions, cache: Any) -> str | None:
+    """The cache entry of a target check (never of a fix, which writes a program)."""
+    if work.target is None or cache is None or options.fix is not None:
+        return None
+    return cache.target_key(work.target, config)
+
+
+def run_one(work: Work, config: Config, options: RunOptions, cache: Any = None, *, isolate: bool = False,
+            key: str | None = None) -> Report:
+    """One file or target; targets always in a child process of their own (`key`: the target's cache entry)."""
     from qlint.isolation import run_isolated
 
     try:
@@ -271,6 +279,8 @@ def run_one(work: Work, config: Config, options: RunOptions, cache: Any = None, 
                 lint_target, (work.target, config, options), name=work.name, limits=config.limits,
                 verbose=options.verbose,
             )
+            if key is not None:
+                cache.put(key, report)
         else:
             assert work.path is not None
             report = lint_file(work.path, config, options, cache, isolate=isolate)
@@ -304,13 +314,18 @@ def run(
     options = options or RunOptions()
     work, errors = plan_work(paths, targets, config, shard)
     report = Report(errors=errors)
-    if work and (jobs > 1 or any(w.target is not None for w in work)):
+    keys = {id(w): target_key(w, config, options, cache) for w in work if w.target is not None}
+    answered = {id(w): hit for w in work if (key := keys.get(id(w))) and (hit := cache.get(key, w.name))}
+    if work and (jobs > 1 or any(w.target is not None and id(w) not in answered for w in work)):
         from qlint.isolation import warm_up
 
-        warm_up()  # children are certain (targets are never cached): start importing torch for them now
+        warm_up()  # a child is certain: start importing torch for it now
 
     def one(item: Work) -> Report:
-        return run_one(item, config, options, cache, isolate=jobs > 1)
+        if id(item) in answered:
+            answered[id(item)].checked = 1
+            return answered[id(item)]
+        return run_one(item, config, options, cache, isolate=jobs > 1, key=keys.get(id(item)))
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = pool.map(one, work) if jobs > 1 else map(one, work)

@@ -66,3 +66,21 @@ def _alive(pid: int) -> bool:
     except (PermissionError, OverflowError):
         return True  # someone else's process, or a pid we cannot ask about: leave it
     return True
+
+
+def ensure_directory(path: Path) -> str | None:
+    """Create `path` when missing (its parent must exist: a typo should not grow a tree);
+    return why it cannot be used as an output folder, or None."""
+    if path.is_dir():
+        return None
+    if path.exists():
+        return "not a directory"
+    if not path.parent.is_dir():
+        return f"its parent {path.parent} is not a directory"
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return None if path.is_dir() else "not a directory"
+    except OSError as exc:
+        return f"cannot create it: {exc.strerror or exc}"
+    return None

@@ -164,7 +164,7 @@ def sam_fixed(sam_pt2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
 
     from qlint.cli import main
 
-    out_dir = tmp_path_factory.mktemp("sam_fix")
+    out_dir = tmp_path_factory.mktemp("sam_fix") / "build"  # --output-dir is created when missing
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         code = main(["check", "--fix", str(sam_pt2), "--output-dir", str(out_dir), "--output-format", "json"])
@@ -267,6 +267,10 @@ def test_unwritable_output_is_a_clear_error(pt2_dir: Callable[[str], Path], tmp_
     not_a_dir.write_text("x")
     code, _, err = run_cli(["fix", str(pt2_dir("make_attention")), "--output-dir", str(not_a_dir)], capsys)
     assert code == 2 and f"--output-dir {not_a_dir}: not a directory" in err
+    orphan = tmp_path / "missing" / "build"
+    code, _, err = run_cli(["fix", str(pt2_dir("make_attention")), "--output-dir", str(orphan)], capsys)
+    assert code == 2 and f"--output-dir {orphan}: its parent {orphan.parent} is not a directory" in err
+    assert not orphan.parent.exists()
     target = tmp_path / "ro"
     target.mkdir()
     (target / "attention.pte").mkdir()  # the output path is taken by a directory

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import venv
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -103,17 +106,129 @@ def load_action() -> dict:
     return yaml.safe_load((ROOT / "action.yml").read_text())
 
 
+TARGET_MODEL = """\
+import torch
+
+from models.blocks import Scaled
+
+
+def make():
+    g = torch.Generator().manual_seed(0)
+    return Scaled({factor}), (torch.randn(1, 8, 16, generator=g),)
+"""
+BLOCKS = """\
+import torch
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return torch.relu(x) / self.factor
+"""
+# `qlint check --targets-only` in a process that says afterwards whether it imported torch or
+# started the forkserver that target children run in.
+PROBE = (
+    "import json, sys, multiprocessing.forkserver as fs; from qlint.cli import main; "
+    "code = main(sys.argv[1:]); "
+    "print(json.dumps({'code': code, 'torch': 'torch' in sys.modules, "
+    "'child': fs._forkserver._forkserver_pid is not None}), file=sys.stderr)"
+)
+
+
+def test_target_hook_answers_from_the_cache_unless_an_imported_file_changed(tmp_path: Path) -> None:
+    work = tmp_path / "repo"
+    (work / "models").mkdir(parents=True)
+    (work / ".git").mkdir()  # the repository root
+    (work / "models" / "__init__.py").write_text("")
+    (work / "models" / "net.py").write_text(TARGET_MODEL.format(factor="3.0"))
+    (work / "models" / "blocks.py").write_text(BLOCKS)
+    (work / "train.py").write_text("import torch\n")  # model code's neighbour, not imported by the factory
+    (work / ".qlint.yaml").write_text("targets:\n  - name: net\n    factory: models.net:make\n")
+    env = {**os.environ, "QLINT_CACHE_DIR": str(tmp_path / "cache")}
+
+    def check() -> tuple[dict[str, Any], list[float]]:
+        result = subprocess.run(
+            [sys.executable, "-c", PROBE, "check", "--targets-only", "--select", "QL001", "--output-format", "json"],
+            cwd=work, env=env, capture_output=True, text=True, timeout=600,
+        )
+        probe = json.loads(result.stderr.strip().splitlines()[-1])
+        constants = [c["value"] for f in json.loads(result.stdout)["findings"] for c in f["details"]["constants"]]
+        return probe, constants
+
+    assert check() == ({"code": 1, "torch": False, "child": True}, [3.0])
+    (work / "train.py").write_text("import torch\nEPOCHS = 3\n")
+    assert check() == ({"code": 1, "torch": False, "child": False}, [3.0])  # answered from the cache
+    (work / "models" / "blocks.py").write_text(BLOCKS.replace("/ self.factor", "/ self.factor  # scaled"))
+    assert check() == ({"code": 1, "torch": False, "child": True}, [3.0])  # an imported module changed
+    (work / "models" / "net.py").write_text(TARGET_MODEL.format(factor="5.0"))
+    assert check() == ({"code": 1, "torch": False, "child": True}, [5.0])  # the factory's own module
+    (work / "models" / "__init__.py").write_text("# package\n")
+    assert check()[0]["child"] is True  # a package __init__ runs on import: a dependency too
+
+
 def test_action_interface() -> None:
     action = load_action()
     assert action["runs"]["using"] == "composite"
-    assert set(action["inputs"]) == {"args", "version", "fail-on", "sarif"}
+    assert set(action["inputs"]) == {"args", "version", "fail-on", "sarif", "torch-index-url", "cache"}
     assert action["inputs"]["fail-on"]["default"] == "error"
+    # CPU torch by default: the default index's CUDA build is gigabytes a hosted runner does not use.
+    assert action["inputs"]["torch-index-url"]["default"] == "https://download.pytorch.org/whl/cpu"
     assert set(action["outputs"]) == {"exit-code", "sarif"}
-    assert [s["id"] for s in action["runs"]["steps"]] == ["install", "check"]
+    steps = action["runs"]["steps"]
+    assert [s["id"] for s in steps] == ["pip-cache", "cache", "install", "check"]
+    cache = steps[1]
+    assert cache["uses"].startswith("actions/cache@") and cache["with"]["path"] == "${{ steps.pip-cache.outputs.dir }}"
+    # The torch the action installs first is the one qlint pins.
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'"{steps[2]["env"]["TORCH_REQUIREMENT"]}"' in pyproject
 
 
-def run_step(step: dict, inputs: dict[str, str], workspace: Path, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, str], str]:
-    """Run one composite step's shell the way a runner would, with `${{ ... }}` expanded."""
+def test_wheel_installs_with_the_action_into_a_fresh_venv(tmp_path: Path) -> None:
+    """The built wheel, not the editable install: the Action's install step puts it into a new
+    venv, and it checks a bundled example from outside the source tree."""
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--verbose", "--no-deps", "--wheel-dir", str(tmp_path / "dist"),
+         str(ROOT)],
+        capture_output=True, text=True, check=False,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    assert "Deprecat" not in build.stdout + build.stderr  # e.g. setuptools on a TOML-table license
+    [wheel] = (tmp_path / "dist").glob("qlint-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    bin_dir = env_dir / "bin"
+    work = tmp_path / "elsewhere"
+    (work / "models").mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "attention.pt2", work / "models" / "attention.pt2")
+    # No PyTorch index here: torch comes from pip's own index (the Action's default is the CPU one).
+    install = next(s for s in load_action()["runs"]["steps"] if s["id"] == "install")
+    result, _, _ = run_step(install, {"version": str(wheel), "torch-index-url": ""}, work, tmp_path,
+                            path=f"{bin_dir}:{os.environ['PATH']}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    where = subprocess.run(
+        [str(bin_dir / "python"), "-c",
+         "import qlint, importlib.resources as r; print(qlint.__file__, r.files('qlint._rules'))"],
+        cwd=work, capture_output=True, text=True, check=True,
+    ).stdout.split()
+    assert all(path.startswith(str(env_dir)) for path in where), where  # the wheel's copy, rules included
+    version = subprocess.run([str(bin_dir / "qlint"), "--version"], cwd=work, capture_output=True, text=True,
+                             check=False)
+    assert (version.returncode, version.stdout.strip()) == (0, "qlint 0.1.0")
+    check = next(s for s in load_action()["runs"]["steps"] if s["id"] == "check")
+    inputs = {"args": "models --no-cache", "fail-on": "error", "sarif": "qlint.sarif"}
+    result, outputs, summary = run_step(check, inputs, work, tmp_path, path=f"{bin_dir}:{os.environ['PATH']}")
+    assert result.returncode == 1 and outputs["exit-code"] == "1", result.stderr
+    sarif = json.loads((work / "qlint.sarif").read_text())
+    assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["QL001", "QL004", "QL005"]
+
+
+def run_step(step: dict, inputs: dict[str, str], workspace: Path, tmp: Path, path: str | None = None
+             ) -> tuple[subprocess.CompletedProcess[str], dict[str, str], str]:
+    """Run one composite step's shell the way a runner would, with `${{ ... }}` expanded
+    (and `path` as PATH: the Python environment a `setup-python` step would have put first)."""
     context = {"github.workspace": str(workspace), "github.action_path": str(ROOT),
                **{f"inputs.{k}": v for k, v in inputs.items()}}
 
@@ -125,9 +240,11 @@ def run_step(step: dict, inputs: dict[str, str], workspace: Path, tmp: Path) -> 
     summary.write_text("")
     env = {**os.environ, "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary),
            "GITHUB_WORKSPACE": str(workspace), "RUNNER_TEMP": str(tmp), "CI": "true",
+           **({"PATH": path} if path else {}),
            **{k: expand(v) for k, v in step.get("env", {}).items()}}
-    result = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=expand(step.get("working-directory", str(workspace))),
-                            env=env, capture_output=True, text=True, timeout=600)
+    cwd = expand(step.get("working-directory", str(workspace)))
+    result = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=600)
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
     return result, outputs, summary.read_text()
 
