@@ -21,8 +21,8 @@ from qlint.causes import cause_of
 from qlint.config import Config
 from qlint.findings import ArtifactStats, Finding, Location
 from qlint.folds import Fold, Left, plan_region
-from qlint.graph_view import GraphView, Kind, QParams, op_name
-from qlint.islands import Coverage, coverage, fp32_elements
+from qlint.graph_view import GraphView, Kind, QParams, is_float, numel, op_name
+from qlint.islands import Coverage, coverage, fp32_by_node, fp32_elements
 from qlint.lowering import LoweringError, first_line
 from qlint.registry import RULES, Scope, enabled_rules, rule
 from qlint.source import locate, module_path
@@ -122,7 +122,8 @@ def lowering_failed(context: Context) -> list[Finding]:
     exc = context.failure
     assert exc is not None
     nodes = (exc.node,) if exc.node is not None else ()
-    return [context.make.make("QL003", lowering_message(exc, context.verbose), nodes, pass_name=exc.pass_name)]
+    return [context.make.make("QL003", lowering_message(exc, context.verbose), nodes, pass_name=exc.pass_name,
+                              graph_nodes=graph_nodes(context.view, dict.fromkeys(nodes, 0)))]
 
 
 def _scale_text(scale: ScaleIsland) -> str:
@@ -162,6 +163,7 @@ def constant_scale(context: Context, region: Region) -> Finding:
         identity=identity,
         blocked_by=region.blocked,
         fp32_elements=fp32_elements(context.view, island),
+        graph_nodes=graph_nodes(context.view, fp32_by_node(context.view, island)),
     )
 
 
@@ -177,6 +179,7 @@ def fp32_island(context: Context, region: Region) -> Finding:
         ops=island.ops,
         fp32_elements=elements,
         reason=region.reason,
+        graph_nodes=graph_nodes(context.view, fp32_by_node(context.view, island)),
     )
 
 
@@ -195,6 +198,7 @@ def requantize(context: Context, region: Region) -> Finding:
         identity=identity,
         input_qparams=_qp_dict(qp_in),
         output_qparams=_qp_dict(qp_out),
+        graph_nodes=graph_nodes(view, {dq: numel(dq), q: 0}),
     )
 
 
@@ -255,8 +259,20 @@ def lowered_program_invalid(context: Context) -> list[Finding]:
         context.make.make(
             "QL007", invalid_message(invalid), (invalid.node,),
             op=op_name(invalid.node), input_dtypes=invalid.dtypes, reason=invalid.reason,
+            graph_nodes=graph_nodes(context.view, {invalid.node: numel(invalid.node) if is_float(invalid.node) else 0}),
         )
     ]
+
+
+def graph_nodes(view: GraphView, counts: dict[Node, int]) -> dict[str, int]:
+    """A finding's nodes by their names in the checked program, with the fp32 elements each
+    materializes: what `--write model-explorer:` colours. Nodes lowering made are left out."""
+    named: dict[str, int] = {}
+    for node, count in counts.items():
+        name = view.source_name(node)
+        if name is not None:
+            named[name] = named.get(name, 0) + count
+    return named
 
 
 def _qp_dict(qp: QParams | None) -> dict[str, Any] | None:

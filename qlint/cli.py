@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qlint import __version__
 from qlint.inputs import printable
@@ -61,11 +61,15 @@ def _progress_bar(args: argparse.Namespace) -> Callable[[int, int, str], None] |
     return show
 
 
+# `--write` kinds beside the report formats: files about the run, not the report itself.
+EXTRA_WRITES = ("patch", "model-explorer", "memory-plot")
+
+
 def _write_spec(value: str) -> tuple[str, Path]:
     fmt, _, path = value.partition(":")
-    if (fmt not in OUTPUT_FORMATS and fmt != "patch") or fmt == "text" or not path:
+    if (fmt not in OUTPUT_FORMATS and fmt not in EXTRA_WRITES) or fmt == "text" or not path:
         raise argparse.ArgumentTypeError(
-            f"{value!r} is not FORMAT:PATH with FORMAT one of json, github, sarif, markdown, patch"
+            f"{value!r} is not FORMAT:PATH with FORMAT one of json, github, sarif, markdown, {', '.join(EXTRA_WRITES)}"
         )
     return fmt, Path(path)
 
@@ -109,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="FORMAT:PATH",
         help="also write the report in FORMAT (json, github, sarif, markdown) to PATH; repeatable. "
-        "patch:PATH writes the kept channels-last remedy as a diff of each target's factory",
+        "patch:PATH writes the kept channels-last remedy as a diff of each target's factory; "
+        "model-explorer:DIR node data for each .pt2 to open in Model Explorer; "
+        "memory-plot:PATH (.svg/.png) the live memory plan of each --fix, before and after the folds",
     )
     check.add_argument("--target-cpu", choices=CPUS, help="Cortex-M CPU to lower for (overrides the config)")
     check.add_argument(
@@ -303,23 +309,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print(reporters.FORMATS[args.output_format](report))
 
-    from qlint.output import write_atomic
-
-    for fmt, path in args.write:
-        if fmt == "patch":
-            from qlint.patches import remedy_patch
-
-            patch = remedy_patch(report.remedies, config.root)
-            for note in patch.notes:
-                print(f"qlint: patch: {printable(note)}", file=sys.stderr)
-            text = patch.diff
-        else:
-            text = reporters.FORMATS[fmt](report) + "\n"
-        try:
-            write_atomic(path, text.encode())
-        except OSError as exc:
-            print(f"qlint: error: cannot write {printable(str(path))}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_ERROR
+    if _write_files(report, args.write, config) is None:
+        return EXIT_ERROR
 
     if report.errors:
         return EXIT_ERROR
@@ -327,6 +318,63 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not args.exit_zero and any(f.severity in failing[args.fail_on] for f in report.findings):
         return EXIT_FINDINGS
     return EXIT_OK
+
+
+def _write_files(report: Any, writes: list[tuple[str, Path]], config: Any) -> list[Path] | None:
+    """Every `--write`, the pictures and node data first so the markdown summary can point at them
+    (they are returned); None (after a one-line error) when one cannot be written."""
+    from qlint import reporters
+    from qlint.output import ensure_directory, write_atomic
+
+    written: list[Path] = []
+    for fmt, path in sorted(writes, key=lambda w: w[0] == "markdown"):
+        try:
+            if fmt == "model-explorer":
+                from qlint.overlay import OverlayUnavailable, write_overlays
+
+                problem = ensure_directory(path)
+                if problem:
+                    raise ValueError(f"model-explorer:{path}: {problem}")
+                try:
+                    written += write_overlays(report, path)
+                except OverlayUnavailable as exc:
+                    raise ValueError(str(exc)) from None
+                continue
+            if fmt == "memory-plot":
+                from qlint.memory_plot import PlotError, write_plot
+
+                try:
+                    write_plot(report, path)
+                except PlotError as exc:
+                    raise ValueError(str(exc)) from None
+                written.append(path)
+                continue
+            if fmt == "patch":
+                from qlint.patches import remedy_patch
+
+                patch = remedy_patch(report.remedies, config.root)
+                for note in patch.notes:
+                    print(f"qlint: patch: {printable(note)}", file=sys.stderr)
+                text = patch.diff
+            elif fmt == "markdown":
+                text = reporters.markdown(report, attachments=_relative_to(written, path.parent)) + "\n"
+            else:
+                text = reporters.FORMATS[fmt](report) + "\n"
+            write_atomic(path, text.encode())
+        except ValueError as exc:
+            print(f"qlint: error: {printable(str(exc))}", file=sys.stderr)
+            return None
+        except OSError as exc:
+            print(f"qlint: error: cannot write {printable(str(path))}: {exc.strerror or exc}", file=sys.stderr)
+            return None
+    return written
+
+
+def _relative_to(paths: list[Path], folder: Path) -> list[str]:
+    """How a file in `folder` links to each of `paths`."""
+    import os
+
+    return [os.path.relpath(p, folder) for p in paths]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -104,6 +104,16 @@ class LivePeak:
     input_bytes: int            # of which graph inputs
     node: str                   # the operator that runs at that step
     location: str | None = None  # the model source line that created it
+    step: int = 0               # its index in the timeline
+
+
+@dataclass(frozen=True)
+class MemoryTimeline:
+    """Planned arena bytes live at every step of a program (a step is a node of the planned graph):
+    what `--write memory-plot:` draws, and where the live peak is read from."""
+
+    total: tuple[int, ...]
+    fp32: tuple[int, ...]      # of which fp32 tensors; the rest are integer
 
 
 @dataclass
@@ -119,6 +129,8 @@ class FixSummary:
     activation_bytes: tuple[int, int] = (0, 0)      # planned (non_const_buffer_sizes)
     live_peak_bytes: tuple[int, int] = (0, 0)       # the floor under any plan of the program
     live_peak: LivePeak | None = None               # after the fix
+    live_peak_before: LivePeak | None = None
+    memory: tuple[MemoryTimeline | None, MemoryTimeline | None] = (None, None)  # before, after
     pte_bytes: int = 0
     lowering_repair: bool = False
     verified_inputs: int = 0

@@ -17,11 +17,11 @@ import torch
 from torch.fx import Node
 
 from qlint.config import Config
-from qlint.findings import AppliedFold, ArtifactStats, Finding, FixSummary, LeftIsland, LivePeak
+from qlint.findings import AppliedFold, ArtifactStats, Finding, FixSummary, LeftIsland, LivePeak, MemoryTimeline
 from qlint.folds import Fold, FoldKind
 from qlint.graph_view import GraphView, Kind, constant_inputs, input_node, output_dtype
 from qlint.islands import requantize_pairs
-from qlint.memory import live_peak
+from qlint.memory import live_bytes, live_peak
 from qlint.options import RunOptions
 
 
@@ -147,6 +147,7 @@ class Serialized:
     pte: bytes
     arena_bytes: int  # planned activation memory: sum of non_const_buffer_sizes
     peak: LivePeak | None  # what the plan must hold at once, and where
+    timeline: MemoryTimeline | None = None  # live bytes at every step
 
 
 def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
@@ -167,8 +168,10 @@ def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
             f"to_executorch failed on the {which} program: {type(exc).__name__}: {first_line(exc)}"
         ) from None
     plan_ = executorch.executorch_program.execution_plan[0]
-    peak = live_peak(executorch.exported_program().graph_module, root)
-    return Serialized(executorch.buffer, int(sum(plan_.non_const_buffer_sizes)), peak)
+    graph_module = executorch.exported_program().graph_module
+    timeline = live_bytes(graph_module)
+    peak = live_peak(graph_module, root, timeline)
+    return Serialized(executorch.buffer, int(sum(plan_.non_const_buffer_sizes)), peak, timeline)
 
 
 def float_op_count(view: GraphView) -> int:
@@ -250,7 +253,8 @@ def fix_program(
     summary.activation_bytes = (before.arena_bytes, after.arena_bytes)
     if before.peak and after.peak:
         summary.live_peak_bytes = (before.peak.bytes, after.peak.bytes)
-        summary.live_peak = after.peak
+        summary.live_peak, summary.live_peak_before = after.peak, before.peak
+    summary.memory = (before.timeline, after.timeline)
     summary.pte_bytes = len(after.pte)
     summary.verified_inputs = len(inputs)
     return FixResult(summary, after_fix.findings, after_fix.stats, after.pte, lowered)

@@ -260,6 +260,14 @@ class GraphView:
         sources = node.meta.get("from_node") or []
         return self._quantized.get(sources[0].name, node) if sources else node
 
+    def source_name(self, node: Node) -> str | None:
+        """The node's name in the program the user gave qlint (for a `.pt2`, the id Model Explorer's
+        adapter shows), or None for a node that lowering made."""
+        if not self._quantized:
+            return node.name
+        name = self.as_quantized(node).name
+        return name if name in self._quantized else None
+
     def is_constant(self, node: Node) -> bool:
         """No runtime input reaches it: a parameter, buffer or literal, or computed from them
         in the graph (`aten.full`, a mask built from constants, even through quantize ops)."""

@@ -7,7 +7,8 @@ way `call_factory` imports: the config's folder first, then where Python would
 find the top-level package; the `__init__.py` of every package on the way is a
 dependency too (importing a submodule runs it). Modules outside the repository
 count by their distribution's version. What import statements cannot show
-(`importlib.import_module(name)`, `__import__`, `exec`) makes a target uncacheable.
+(`importlib.import_module(name)`, `__import__`, `exec`, a change to `sys.path`) makes a
+target uncacheable.
 """
 
 from __future__ import annotations
@@ -137,6 +138,9 @@ class _Walk:
             elif isinstance(node, ast.Call) and _dynamic(node.func):
                 raise _Uncacheable(f"{key}:{node.lineno} calls {ast.unparse(node.func)}(), "
                                    "so what it imports is known only by running it")
+            elif _changes_sys_path(node):
+                raise _Uncacheable(f"{key}:{getattr(node, 'lineno', 0)} changes sys.path, "
+                                   "so where its imports come from is known only by running it")
 
 
 def _absolute(node: ast.ImportFrom, package: list[str], where: str) -> str:
@@ -152,6 +156,24 @@ def _dynamic(func: ast.expr) -> bool:
     if isinstance(func, ast.Name):
         return func.id in _DYNAMIC_NAMES
     return isinstance(func, ast.Attribute) and func.attr in _DYNAMIC_METHODS
+
+
+_LIST_CHANGES = {"insert", "append", "extend", "remove", "pop", "clear", "reverse", "sort", "__setitem__"}
+
+
+def _is_sys_path(node: ast.expr) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "path" and ast.unparse(node.value) == "sys"
+
+
+def _changes_sys_path(node: ast.AST) -> bool:
+    """`sys.path.insert(...)` and the like, `sys.path = ...`, `sys.path[:] = ...`, `site.addsitedir(...)`."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        method = node.func.attr
+        return (_is_sys_path(node.func.value) and method in _LIST_CHANGES) or method == "addsitedir"
+    if isinstance(node, (ast.Assign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(_is_sys_path(t.value if isinstance(t, ast.Subscript) else t) for t in targets)
+    return False
 
 
 @lru_cache(maxsize=1)

@@ -74,11 +74,18 @@ def find_islands(view: GraphView) -> list[Island]:
     return islands
 
 
+def fp32_by_node(view: GraphView, island: Island) -> dict[Node, int]:
+    """The island's nodes with the fp32 elements each materializes: its dequantized inputs and its
+    own outputs; the quantize nodes it ends in (their outputs are integers) with none."""
+    counts = {n: numel(n) for n in island.inputs if view.kind(n) == Kind.DEQUANTIZE}
+    counts.update((n, numel(n)) for n in island.nodes)
+    counts.update((n, 0) for n in island.outputs if view.kind(n) == Kind.QUANTIZE)
+    return counts
+
+
 def fp32_elements(view: GraphView, island: Island) -> int:
-    """Elements of every fp32 tensor the island materializes: its dequantized inputs and its own outputs."""
-    total = sum(numel(n) for n in island.nodes)
-    total += sum(numel(n) for n in island.inputs if view.kind(n) == Kind.DEQUANTIZE)
-    return total
+    """Elements of every fp32 tensor the island materializes, per inference."""
+    return sum(fp32_by_node(view, island).values())
 
 
 def requantize_pairs(view: GraphView) -> list[tuple[Node, Node]]:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from qlint.findings import LivePeak
+from qlint.findings import LivePeak, MemoryTimeline
 from qlint.source import locate
 
 _ARENA = 1  # mem_id of the planned activation arena; 0 is reserved
@@ -72,23 +72,34 @@ def _operator_at(graph_module: GraphModule, step: int) -> Node | None:
     return None
 
 
-def live_peak(graph_module: GraphModule, root: Path) -> LivePeak | None:
-    """The step where the most planned bytes are live, and what they are."""
+def live_bytes(graph_module: GraphModule) -> MemoryTimeline | None:
+    """Bytes of the arena live at every step, and how many of them are fp32."""
     buffers = planned_buffers(graph_module)
     if not buffers:
         return None
-    best_step, best = 0, -1
-    for step in sorted({b.start for b in buffers}):  # the live set only grows where a lifetime starts
-        size = _covered(b for b in buffers if b.start <= step <= b.end)
-        if size > best:
-            best_step, best = step, size
-    live = [b for b in buffers if b.start <= best_step <= b.end]
-    node = _operator_at(graph_module, best_step)
+    total, fp32 = [], []
+    for step in range(max(b.end for b in buffers) + 1):
+        live = [b for b in buffers if b.start <= step <= b.end]
+        total.append(_covered(live))
+        fp32.append(_covered(b for b in live if b.fp32))
+    return MemoryTimeline(tuple(total), tuple(fp32))
+
+
+def live_peak(graph_module: GraphModule, root: Path, timeline: MemoryTimeline | None = None) -> LivePeak | None:
+    """The first step where the most planned bytes are live, and what they are."""
+    timeline = timeline or live_bytes(graph_module)
+    if timeline is None:
+        return None
+    best = max(timeline.total)
+    step = timeline.total.index(best)
+    live = [b for b in planned_buffers(graph_module) if b.start <= step <= b.end]
+    node = _operator_at(graph_module, step)
     where = locate(node.meta.get("stack_trace"), root) if node is not None else None
     return LivePeak(
         bytes=best,
-        fp32_bytes=_covered(b for b in live if b.fp32),
+        fp32_bytes=timeline.fp32[step],
         input_bytes=_covered(b for b in live if b.input),
         node=node.name if node is not None else "<inputs>",
         location=str(where) if where else None,
+        step=step,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tabulate import tabulate
@@ -301,8 +301,9 @@ def sarif(report: Report) -> str:
     return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)
 
 
-def markdown(report: Report) -> str:
-    """A summary for `$GITHUB_STEP_SUMMARY`: the artifact table, then the findings."""
+def markdown(report: Report, attachments: Sequence[str] = ()) -> str:
+    """A summary for `$GITHUB_STEP_SUMMARY`: the artifact table, then the findings, then links to
+    the other files the run wrote (`attachments`: a memory plot, Model Explorer node data)."""
     lines = ["## qlint", ""]
     if report.stats:
         lines += [summary_table(report, "github"), ""]
@@ -324,6 +325,10 @@ def markdown(report: Report) -> str:
         lines += ["```", *(printable(line) for line in fix_lines(fix)), "```", ""]
     for error in report.errors:
         lines.append(printable(f"- :x: `{error.artifact}`: {error.message}"))
+    for link in attachments:
+        shown = printable(link).replace("]", "\\]")
+        image = link.lower().endswith((".svg", ".png"))
+        lines += [f"{'!' if image else ''}[{shown}](<{printable(link)}>)", ""]
     lines.append(totals(report).replace("\n", "  \n"))
     return "\n".join(lines)
 

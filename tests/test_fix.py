@@ -167,8 +167,42 @@ def sam_fixed(sam_pt2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     out_dir = tmp_path_factory.mktemp("sam_fix") / "build"  # --output-dir is created when missing
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        code = main(["check", "--fix", str(sam_pt2), "--output-dir", str(out_dir), "--output-format", "json"])
+        code = main(["check", "--fix", str(sam_pt2), "--output-dir", str(out_dir), "--output-format", "json",
+                     "--write", f"memory-plot:{out_dir.parent / 'memory.svg'}",
+                     "--write", f"markdown:{out_dir.parent / 'summary.md'}"])
     return {"code": code, **json.loads(buffer.getvalue())}, out_dir / f"{sam_pt2.stem}.pte"
+
+
+@pytest.mark.slow
+def test_sam_memory_plot_draws_the_reported_plan(sam_fixed: tuple[dict[str, Any], Path]) -> None:
+    from qlint.findings import FixSummary, LivePeak, MemoryTimeline, Report
+    from qlint.memory_plot import figure
+    from qlint.reporters import fix_lines
+
+    data, pte = sam_fixed
+    [summary] = data["fixes"]
+    timelines = [MemoryTimeline(tuple(m["total"]), tuple(m["fp32"])) for m in summary["memory"]]
+    peaks = [LivePeak(**summary["live_peak_before"]), LivePeak(**summary["live_peak"])]
+    # The series the live-peak line of the text report is read from.
+    for timeline, peak, printed in zip(timelines, peaks, summary["live_peak_bytes"], strict=True):
+        assert max(timeline.total) == timeline.total[peak.step] == peak.bytes == printed
+        assert timeline.fp32[peak.step] == peak.fp32_bytes
+        assert all(f <= t for f, t in zip(timeline.fp32, timeline.total, strict=True))
+    fixed = FixSummary(artifact=summary["artifact"], memory=(timelines[0], timelines[1]),
+                       live_peak_bytes=tuple(summary["live_peak_bytes"]), live_peak=peaks[1],
+                       live_peak_before=peaks[0])
+    assert "  live peak 5248 -> 5248 bytes, at " in "\n".join(fix_lines(fixed))
+    fig = figure(Report(fixes=[fixed]))
+    for ax, timeline, peak in zip(fig.axes, timelines, peaks, strict=True):
+        total, fp32, marker = ax.get_lines()
+        assert tuple(total.get_ydata()) == timeline.total and tuple(fp32.get_ydata()) == timeline.fp32
+        assert (list(marker.get_xdata()), list(marker.get_ydata())) == ([peak.step], [peak.bytes])
+        assert any(f"peak {peak.bytes} B at {peak.node}" in t.get_text() for t in ax.texts)
+    # The folds removed fp32 tensors from the plan: fewer steps hold fp32 bytes after them.
+    assert sum(timelines[1].fp32) < sum(timelines[0].fp32)
+    svg = (pte.parent.parent / "memory.svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    assert "![memory.svg](<memory.svg>)" in (pte.parent.parent / "summary.md").read_text()
 
 
 @pytest.mark.slow

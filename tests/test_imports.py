@@ -40,6 +40,13 @@ def test_imports_only_running_can_tell_make_a_target_uncacheable(tmp_path: Path)
         found = dependencies("net", tmp_path, tmp_path, 1 << 20)
         assert found.uncacheable == (f"net.py:4 calls {line.split('(')[0]}(), "
                                      "so what it imports is known only by running it")
+    for line in ("sys.path.insert(0, p)", "sys.path = [p]", "sys.path[:] = [p]", "sys.path += [p]",
+                 "site.addsitedir(p)"):
+        write(tmp_path, {"net.py": f"import site, sys\n\ndef make(p):\n    {line}\n"})
+        assert dependencies("net", tmp_path, tmp_path, 1 << 20).uncacheable == (
+            "net.py:4 changes sys.path, so where its imports come from is known only by running it")
+    write(tmp_path, {"net.py": "import sys\nprint(sys.path[0], sys.path.index('x'))\n"})  # reading is fine
+    assert dependencies("net", tmp_path, tmp_path, 1 << 20).uncacheable is None
     write(tmp_path, {"net.py": "from ... import far\n"})
     assert "relative import beyond" in str(dependencies("net", tmp_path, tmp_path, 1 << 20).uncacheable)
     write(tmp_path, {"net.py": "x = (" * 400 + ")" * 400})

@@ -1,0 +1,102 @@
+"""Findings on the graph in Google's Model Explorer: custom node data for each checked `.pt2`.
+
+Model Explorer's PyTorch adapter shows an ExportedProgram as one graph (`graph`)
+whose node ids are the fx node names; the findings record their nodes by those
+names (`graph_nodes`, mapped back from the lowered program through `from_node`).
+Two node-data files per program: the fp32 elements each node materializes per
+inference (a colour gradient; a node that lowering split, `layer_norm` into
+`native_layer_norm` and `getitem`, carries what all its parts count), and the
+rule code and cause (a label). They are
+built with Model Explorer's own node-data classes, so they are what it loads.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from qlint.catalog import load_catalog
+from qlint.findings import Finding, Report
+
+GRAPH_ID = "graph"   # the one graph the adapter makes of an ExportedProgram
+FP32_SUFFIX = ".fp32.json"
+FINDINGS_SUFFIX = ".findings.json"
+_LABEL_CHARS = 100
+
+
+class OverlayUnavailable(Exception):
+    """Model Explorer is not installed (`pip install 'qlint[model-explorer]'`)."""
+
+
+def overlay_files(report: Report) -> dict[str, str]:
+    """File name -> node-data JSON, two for each `.pt2` the report checked (none for targets,
+    `.pte` files or artifacts that could not be read)."""
+    try:
+        from model_explorer.node_data_builder import (
+            GradientItem,
+            GraphNodeData,
+            ModelNodeData,
+            NodeDataResult,
+        )
+    except ImportError:
+        raise OverlayUnavailable("Model Explorer is not installed: pip install 'qlint[model-explorer]'") from None
+
+    files: dict[str, str] = {}
+    for stats in report.stats:
+        if not stats.artifact.endswith(".pt2"):
+            continue
+        elements, labels = node_values([f for f in report.findings if f.artifact == stats.artifact])
+        fp32 = GraphNodeData(
+            name="qlint: fp32 elements per inference",
+            results={node: NodeDataResult(value=value) for node, value in elements.items()},
+            gradient=[GradientItem(stop=0, bgColor="#ffe8a3"), GradientItem(stop=1, bgColor="#d7263d")],
+        )
+        rules = GraphNodeData(
+            name="qlint: findings",
+            results={node: NodeDataResult(value=label) for node, label in labels.items()},
+            showExpandedSummaryOnGroupNode=True,
+        )
+        stem = file_stem(stats.artifact)
+        files[stem + FP32_SUFFIX] = ModelNodeData(graphsData={GRAPH_ID: fp32}).to_json_string(indent=2)
+        files[stem + FINDINGS_SUFFIX] = ModelNodeData(graphsData={GRAPH_ID: rules}).to_json_string(indent=2)
+    return files
+
+
+def node_values(findings: list[Finding]) -> tuple[dict[str, int], dict[str, str]]:
+    """Per node id: the fp32 elements it materializes, and `CODE cause` of every finding it is in."""
+    elements: dict[str, int] = {}
+    labels: dict[str, list[str]] = {}
+    for finding in findings:
+        nodes: Any = finding.details.get("graph_nodes") or {}
+        label = f"{finding.code} {cause(finding)}"
+        for node, count in nodes.items():
+            elements[node] = max(elements.get(node, 0), int(count))
+            if label not in labels.setdefault(node, []):
+                labels[node].append(label)
+    return elements, {node: "; ".join(found) for node, found in labels.items()}
+
+
+def cause(finding: Finding) -> str:
+    """A few words for a node label: the rule's name, or the cause the finding names."""
+    reason = finding.details.get("reason")
+    text = str(reason) if reason else load_catalog()[finding.code].name
+    if finding.code == "QL001" and finding.details.get("identity"):
+        text += " (exact identity)"
+    return text if len(text) <= _LABEL_CHARS else text[: _LABEL_CHARS - 1] + "…"
+
+
+def file_stem(artifact: str) -> str:
+    """One flat, safe file name per artifact path: `models/attention.pt2` -> `models_attention.pt2`."""
+    return re.sub(r"[^\w.-]+", "_", artifact).strip("._") or "artifact"
+
+
+def write_overlays(report: Report, folder: Path) -> list[Path]:
+    """Write each overlay atomically into `folder` (created when missing); the paths written."""
+    from qlint.output import write_atomic
+
+    written = []
+    for name, text in overlay_files(report).items():
+        write_atomic(folder / name, (text + "\n").encode())
+        written.append(folder / name)
+    return written
