@@ -25,12 +25,12 @@ from typing import Any
 from qlint import __version__
 from qlint.catalog import load_catalog
 from qlint.config import CONFIG_MAX_BYTES, Config, Target
-from qlint.findings import ArtifactStats, Finding, Location, Report, Severity
+from qlint.findings import ArtifactStats, Finding, LivePeak, Location, MemoryTimeline, PlanMemory, Report, Severity
 from qlint.inputs import ReadError, read_input
 from qlint.options import RunOptions
 from qlint.output import write_atomic
 
-SCHEMA = 1
+SCHEMA = 2
 ENTRY_MAX_BYTES = 16 << 20
 STACK = ("torch", "torchao", "executorch", "tosa-tools")
 
@@ -127,7 +127,7 @@ class Cache:
         if report.errors:
             return  # input errors are re-reported every run
         data = {"schema": SCHEMA, "findings": [f.to_dict() for f in report.findings],
-                "stats": [s.to_dict() for s in report.stats]}
+                "stats": [s.to_dict() for s in report.stats], "memory": [m.to_dict() for m in report.memory]}
         target = self._file(key)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -139,15 +139,21 @@ class Cache:
 def _report(data: Any, artifact: str) -> Report | None:
     """Rebuild a report, checking every field's type: a well-formed entry that says less
     than a real check (no summary row, a finding of another artifact) is no answer."""
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or set(data) != {"schema", "findings", "stats"}:
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or set(data) != {"schema", "findings", "stats",
+                                                                                   "memory"}:
         return None
     if not isinstance(data["stats"], list) or len(data["stats"]) != 1 or not isinstance(data["findings"], list):
         return None
+    if not isinstance(data["memory"], list) or len(data["memory"]) > 1:
+        return None
     stats = _record(ArtifactStats, data["stats"][0])
     findings = [_finding(item) for item in data["findings"]]
+    memory = [_plan_memory(item) for item in data["memory"]]
     if stats is None or stats.artifact != artifact or any(f is None or f.artifact != artifact for f in findings):
         return None
-    return Report(findings=findings, stats=[stats])  # type: ignore[arg-type]
+    if any(m is None or m.artifact != artifact for m in memory):
+        return None
+    return Report(findings=findings, stats=[stats], memory=memory)  # type: ignore[arg-type]
 
 
 def _record(cls: Any, data: Any, **nested: Any) -> Any:
@@ -181,8 +187,26 @@ def _finding(data: Any) -> Finding | None:
     return finding
 
 
+def _plan_memory(data: Any) -> PlanMemory | None:
+    if not isinstance(data, dict) or not isinstance(data.get("timeline"), dict):
+        return None
+    series = data["timeline"]
+    if set(series) != {"total", "fp32"} or not all(isinstance(series[k], list) for k in series):
+        return None
+    values = [*series["total"], *series["fp32"]]
+    if not series["total"] or len(series["total"]) != len(series["fp32"]) or not all(
+        type(v) is int for v in values
+    ):
+        return None
+    timeline = MemoryTimeline(tuple(series["total"]), tuple(series["fp32"]))
+    peak = _record(LivePeak, data.get("peak"))
+    if peak is None or not 0 <= peak.step < len(timeline.total):
+        return None
+    return _record(PlanMemory, data, timeline=timeline, peak=peak)
+
+
 # Field annotations of the cached records -> the JSON types that may fill them.
 _TYPES: dict[Any, tuple[type, ...]] = {
     str: (str,), int: (int,), bool: (bool,), float: (float, int),
-    dict[str, Any]: (dict,), Location | None: (dict, type(None)),
+    dict[str, Any]: (dict,), Location | None: (dict, type(None)), str | None: (str, type(None)),
 }

@@ -139,9 +139,11 @@ def lint_bytes(path: Path, data: bytes, artifact: str, config: Config, options: 
         if path.suffix == ".pte":
             from qlint.pte import lint_pte
 
-            findings, stats = lint_pte(data, artifact, config)
-            report.findings.extend(findings)
-            report.stats.append(stats)
+            linted = lint_pte(data, artifact, config)
+            report.findings.extend(linted.findings)
+            report.stats.append(linted.stats)
+            if linted.memory is not None:
+                report.memory.append(linted.memory)
             return report
         from qlint.archive import ArchiveLimits
         from qlint.readers import read_pt2, sample_inputs

@@ -116,6 +116,19 @@ class MemoryTimeline:
     fp32: tuple[int, ...]      # of which fp32 tensors; the rest are integer
 
 
+@dataclass(frozen=True)
+class PlanMemory:
+    """The memory plan a shipped `.pte` carries: its arena, and the bytes live at every instruction."""
+
+    artifact: str
+    arena_bytes: int            # planned (non_const_buffer_sizes)
+    timeline: MemoryTimeline    # step 0: the inputs; step i: the i-th instruction
+    peak: LivePeak
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass
 class FixSummary:
     """What `--fix` did to one artifact (or, with `--diff`, would do)."""
@@ -233,6 +246,7 @@ class Report:
     errors: list[InputError] = field(default_factory=list)
     fixes: list[FixSummary] = field(default_factory=list)
     remedies: list[RemedyReport] = field(default_factory=list)
+    memory: list[PlanMemory] = field(default_factory=list)   # of the checked .pte files
     checked: int = 0                                # artifacts and targets attempted
 
     def extend(self, other: Report) -> None:
@@ -242,3 +256,4 @@ class Report:
         self.errors.extend(other.errors)
         self.fixes.extend(other.fixes)
         self.remedies.extend(other.remedies)
+        self.memory.extend(other.memory)

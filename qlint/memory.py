@@ -24,7 +24,9 @@ _ARENA = 1  # mem_id of the planned activation arena; 0 is reserved
 
 
 @dataclass(frozen=True)
-class _Buffer:
+class Buffer:
+    """One tensor of the arena: live from step `start` to step `end` (inclusive), at `offset`."""
+
     start: int
     end: int
     offset: int
@@ -38,21 +40,21 @@ def _specs(node: Node) -> Iterable[Any]:
     return spec if isinstance(spec, (list, tuple)) else [spec]
 
 
-def planned_buffers(graph_module: GraphModule) -> list[_Buffer]:
+def planned_buffers(graph_module: GraphModule) -> list[Buffer]:
     """Every arena tensor once; a view shares its base's bytes, so unions count it once."""
-    seen: dict[int, _Buffer] = {}
+    seen: dict[int, Buffer] = {}
     for node in graph_module.graph.nodes:
         for spec in _specs(node):
             if id(spec) in seen or getattr(spec, "mem_id", None) != _ARENA or spec.lifetime[0] is None:
                 continue
-            seen[id(spec)] = _Buffer(
+            seen[id(spec)] = Buffer(
                 spec.lifetime[0], spec.lifetime[1], spec.mem_offset, spec.allocated_memory,
                 spec.dtype == torch.float32, node.op == "placeholder",
             )
     return list(seen.values())
 
 
-def _covered(buffers: Iterable[_Buffer]) -> int:
+def _covered(buffers: Iterable[Buffer]) -> int:
     """Bytes of the arena covered by these buffers (aliases overlap; live tensors never do)."""
     total, reach = 0, 0
     for b in sorted(buffers, key=lambda b: b.offset):
@@ -72,9 +74,8 @@ def _operator_at(graph_module: GraphModule, step: int) -> Node | None:
     return None
 
 
-def live_bytes(graph_module: GraphModule) -> MemoryTimeline | None:
+def timeline(buffers: list[Buffer]) -> MemoryTimeline | None:
     """Bytes of the arena live at every step, and how many of them are fp32."""
-    buffers = planned_buffers(graph_module)
     if not buffers:
         return None
     total, fp32 = [], []
@@ -85,21 +86,33 @@ def live_bytes(graph_module: GraphModule) -> MemoryTimeline | None:
     return MemoryTimeline(tuple(total), tuple(fp32))
 
 
-def live_peak(graph_module: GraphModule, root: Path, timeline: MemoryTimeline | None = None) -> LivePeak | None:
-    """The first step where the most planned bytes are live, and what they are."""
-    timeline = timeline or live_bytes(graph_module)
-    if timeline is None:
-        return None
-    best = max(timeline.total)
-    step = timeline.total.index(best)
-    live = [b for b in planned_buffers(graph_module) if b.start <= step <= b.end]
-    node = _operator_at(graph_module, step)
-    where = locate(node.meta.get("stack_trace"), root) if node is not None else None
+def live_bytes(graph_module: GraphModule) -> MemoryTimeline | None:
+    return timeline(planned_buffers(graph_module))
+
+
+def peak_of(buffers: list[Buffer], series: MemoryTimeline, node: str, location: str | None = None) -> LivePeak:
+    """The live peak (the first step holding the most bytes) of a timeline; `node` runs there."""
+    step = peak_step(series)
     return LivePeak(
-        bytes=best,
-        fp32_bytes=timeline.fp32[step],
-        input_bytes=_covered(b for b in live if b.input),
-        node=node.name if node is not None else "<inputs>",
-        location=str(where) if where else None,
+        bytes=series.total[step],
+        fp32_bytes=series.fp32[step],
+        input_bytes=_covered(b for b in buffers if b.input and b.start <= step <= b.end),
+        node=node,
+        location=location,
         step=step,
     )
+
+
+def peak_step(series: MemoryTimeline) -> int:
+    return series.total.index(max(series.total))
+
+
+def live_peak(graph_module: GraphModule, root: Path, series: MemoryTimeline | None = None) -> LivePeak | None:
+    """The live peak of a lowered program's plan, with the operator that runs there and its source line."""
+    buffers = planned_buffers(graph_module)
+    series = series or timeline(buffers)
+    if series is None:
+        return None
+    node = _operator_at(graph_module, peak_step(series))
+    where = locate(node.meta.get("stack_trace"), root) if node is not None else None
+    return peak_of(buffers, series, node.name if node is not None else "<inputs>", str(where) if where else None)

@@ -1,9 +1,10 @@
 """The memory plan as a picture: live arena bytes at every step, fp32 and integer, before and after the folds.
 
 One row per fixed program, the unfolded plan on the left and the folded one on
-the right, each with its live peak marked and labelled by the operator that runs
-there and its source line. The series are the report's own (`FixSummary.memory`),
-the numbers the text report's live-peak line is read from.
+the right, and one row per checked `.pte` (its plan as shipped, step by
+instruction), each with its live peak marked and labelled by the operator that
+runs there and its source line. The series are the report's own
+(`FixSummary.memory`, `Report.memory`), the ones its live-peak lines are read from.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class Panel:
 
 
 def panels(report: Report) -> list[list[Panel]]:
-    """Rows of panels (before, after) for every fix in the report that carries a memory plan."""
+    """Rows of panels: (before, after) for every fix that carries a memory plan, and the plan
+    as shipped for every checked `.pte`."""
     rows = []
     for fix in report.fixes:
         before, after = fix.memory
@@ -38,6 +40,8 @@ def panels(report: Report) -> list[list[Panel]]:
             continue
         rows.append([Panel(fix.artifact, "before folds", before, fix.live_peak_before),
                      Panel(fix.artifact, "after folds", after, fix.live_peak)])
+    rows += [[Panel(plan.artifact, f"as shipped, arena {plan.arena_bytes} B", plan.timeline, plan.peak)]
+             for plan in report.memory]
     return rows
 
 
@@ -45,16 +49,19 @@ def figure(report: Report) -> Any:
     """A matplotlib Figure of the report's memory plans (no display needed)."""
     rows = panels(report)
     if not rows:
-        raise PlotError("no memory plan to draw: --write memory-plot: needs --fix on a program that lowers")
+        raise PlotError("no memory plan to draw: --write memory-plot: needs --fix on a program that lowers, "
+                        "or a .pte")
     try:
         from matplotlib.figure import Figure
     except ImportError:
         raise PlotError("matplotlib is not installed: pip install 'qlint[plot]'") from None
     fig = Figure(figsize=(12, 3.4 * len(rows)), layout="constrained")
-    axes = fig.subplots(len(rows), 2, squeeze=False, sharey="row")
-    for row, pair in zip(axes, rows, strict=True):
-        for ax, panel in zip(row, pair, strict=True):
-            _draw(ax, panel)
+    grid = fig.add_gridspec(len(rows), 2)
+    for index, row in enumerate(rows):
+        first = fig.add_subplot(grid[index, 0] if len(row) == 2 else grid[index, :])
+        _draw(first, row[0])
+        if len(row) == 2:
+            _draw(fig.add_subplot(grid[index, 1], sharey=first), row[1])
     return fig
 
 

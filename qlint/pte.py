@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import operator as pyop
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
 from qlint import backend
 from qlint.config import Config
-from qlint.findings import ArtifactStats, Finding
+from qlint.findings import ArtifactStats, Finding, PlanMemory
 from qlint.inputs import ReadError
 
 # ExecuTorch's ScalarType codes (executorch/exir/scalar_type.py) that a quantized program holds.
@@ -37,6 +38,8 @@ _SCALAR_TYPES = {
     11: "bool", 15: "bfloat16", 27: "uint16", 28: "uint32", 29: "uint64",
 }
 _MAX_DIMS = 16
+_ARENA = 1      # memory id of the planned activation arena (0 is reserved)
+_FLOAT32 = 6
 
 
 class _Malformed(ReadError):
@@ -132,6 +135,14 @@ class _PlanReader:
         self.env: dict[int, Any] = {}
         self.buffers: dict[str, Any] = {}
         self.last_writer: dict[tuple[int, int], int] = {}  # planned (memory id, offset) -> value index
+        # The memory plan as it runs: step 0 holds the inputs, step i the i-th instruction.
+        self.step = 0
+        self.step_ops = ["<inputs>"]
+        self.spans: dict[int, list[int]] = {}  # value index -> [first, last] step it is written or read
+
+    def touch(self, index: int) -> None:
+        span = self.spans.setdefault(index, [self.step, self.step])
+        span[1] = self.step
 
     def value(self, index: int) -> Any:
         if not 0 <= index < len(self.plan.values):
@@ -194,6 +205,7 @@ class _PlanReader:
 
     def tensor(self, index: int) -> Any:
         """The node of a tensor value: produced, a view of one, a constant, or unknown (runtime)."""
+        self.touch(index)
         if index in self.env:
             return self.env[index]
         val = self.tensor_value(index)
@@ -204,6 +216,7 @@ class _PlanReader:
         base = self.last_writer.get(where) if where is not None else None
         if base is None or not self.same_data(self.env[base], meta):
             return self.placeholder(index)  # never written (a kernel's scratch buffer): not a constant
+        self.touch(base)  # a view reads its base's bytes
         import torch
 
         node = self.graph.call_function(torch.ops.aten.view_copy.default, (self.env[base], list(meta.shape)))
@@ -244,6 +257,7 @@ class _PlanReader:
         raise _Malformed(f"value {index}: unsupported value type {name}")
 
     def produced(self, index: int, node: Any) -> None:
+        self.touch(index)
         self.env[index] = node
         where = self.allocation(self.tensor_value(index))
         if where is not None:
@@ -291,8 +305,40 @@ class _PlanReader:
         else:
             raise _Malformed(f"{operator.name} returns a {type(result).__name__}")
 
+    def operator_name(self, call: Any) -> str:
+        if not 0 <= call.op_index < len(self.plan.operators):
+            return "?"
+        operator = self.plan.operators[call.op_index]
+        return f"{operator.name}.{operator.overload}" if operator.overload else str(operator.name)
+
+    def memory(self, artifact: str) -> PlanMemory | None:
+        """The plan's arena tensors with the steps they are live at (outputs: to the end)."""
+        from qlint.memory import Buffer, peak_of, peak_step, timeline
+
+        last = self.step
+        for index in self.plan.outputs:
+            if index in self.spans:
+                self.spans[index][1] = last
+        buffers = []
+        inputs = set(self.plan.inputs)
+        for index, (start, end) in self.spans.items():
+            val = self.value(index)
+            where = self.allocation(val) if type(val).__name__ == "Tensor" and val.data_buffer_idx == 0 else None
+            if where is None or where[0] != _ARENA:
+                continue
+            meta = self.meta(val)
+            buffers.append(Buffer(start, end, where[1], meta.numel() * meta.element_size(),
+                                  int(val.scalar_type) == _FLOAT32, index in inputs))
+        series = timeline(buffers)
+        if series is None:
+            return None
+        arena = int(sum(self.plan.non_const_buffer_sizes))
+        peak = peak_of(buffers, series, self.step_ops[peak_step(series)])
+        return PlanMemory(artifact, arena, series, peak)
+
     def read(self) -> Any:
         for index in self.plan.inputs:
+            self.touch(index)
             self.placeholder(index)
             where = self.allocation(self.tensor_value(index))
             if where is not None:
@@ -302,10 +348,13 @@ class _PlanReader:
         for instruction in self.plan.chains[0].instructions:
             call = instruction.instr_args
             kind = type(call).__name__
+            self.step += 1
+            self.step_ops.append(self.operator_name(call) if kind == "KernelCall" else kind)
             if kind == "KernelCall":
                 self.kernel_call(call)
             elif kind == "MoveCall":
                 self.env[call.move_to] = self.tensor(call.move_from)
+                self.touch(call.move_to)
             elif kind != "FreeCall":
                 raise ReadError(f"{kind} instructions (control flow, delegates) are not supported")
         outputs = [self.tensor(i) if type(self.value(i)).__name__ == "Tensor" else None for i in self.plan.outputs]
@@ -356,6 +405,10 @@ def _plan(program: Any) -> Any:
 
 def program_view(program: Any) -> Any:
     """A GraphView over the execution plan of a deserialized program."""
+    return _read(program)[0]
+
+
+def _read(program: Any) -> tuple[Any, _PlanReader]:
     import torch
     from torch.fx import GraphModule
 
@@ -390,15 +443,23 @@ def program_view(program: Any) -> Any:
         state_dict=reader.buffers,
         constants={},
     )
-    return GraphView(shim, trusted_shapes=True)
+    return GraphView(shim, trusted_shapes=True), reader
 
 
-def lint_pte(data: bytes, artifact: str, config: Config) -> tuple[list[Finding], ArtifactStats]:
+@dataclass
+class LintedPte:
+    findings: list[Finding]
+    stats: ArtifactStats
+    memory: PlanMemory | None   # the shipped memory plan, live bytes at every instruction
+
+
+def lint_pte(data: bytes, artifact: str, config: Config) -> LintedPte:
     """Run the rules on the program a `.pte` ships (already lowered: nothing to lower)."""
     from qlint.checks import run_rules
 
-    linted = run_rules(program_view(load_pte(data)), artifact, config)
-    return linted.findings, linted.stats
+    view, reader = _read(load_pte(data))
+    linted = run_rules(view, artifact, config)
+    return LintedPte(linted.findings, linted.stats, reader.memory(artifact))
 
 
-__all__ = ["ReadError", "lint_pte", "load_pte", "program_view"]
+__all__ = ["LintedPte", "ReadError", "lint_pte", "load_pte", "program_view"]

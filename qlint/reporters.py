@@ -15,6 +15,7 @@ from qlint.findings import (
     Finding,
     FixSummary,
     Measurement,
+    PlanMemory,
     ProgramIO,
     RemedyReport,
     RemedyStatus,
@@ -90,6 +91,7 @@ def text(report: Report, *, quiet: bool = False) -> str:
         lines.extend(remedy_lines(remedied))
     for summary in report.fixes:
         lines.extend(fix_lines(summary))
+    lines.extend(memory_line(plan) for plan in report.memory)
     lines = [printable(line) for line in lines]  # names and messages come from artifacts
     if not quiet and report.stats:
         lines.append("")
@@ -98,6 +100,13 @@ def text(report: Report, *, quiet: bool = False) -> str:
         lines.append("")
         lines.append(totals(report))
     return "\n".join(lines)
+
+
+def memory_line(plan: PlanMemory) -> str:
+    """A shipped program's memory plan: what `--write memory-plot:` draws for a `.pte`."""
+    peak = plan.peak
+    return (f"{plan.artifact}: memory plan: arena {plan.arena_bytes} bytes, live peak {peak.bytes} bytes at "
+            f"step {peak.step} ({peak.node}): {peak.fp32_bytes} fp32, {peak.input_bytes} of them graph inputs")
 
 
 def fix_lines(fix: FixSummary) -> list[str]:
@@ -224,6 +233,7 @@ def as_json(report: Report) -> str:
             "errors": [{"artifact": e.artifact, "message": e.message} for e in report.errors],
             "fixes": [f.to_dict() for f in report.fixes],
             "remedies": [r.to_dict() for r in report.remedies],
+            "memory": [m.to_dict() for m in report.memory],
         },
         indent=2,
     )
@@ -323,6 +333,8 @@ def markdown(report: Report, attachments: Sequence[str] = ()) -> str:
         lines += ["```", *(printable(line) for line in remedy_lines(remedied)), "```", ""]
     for fix in report.fixes:
         lines += ["```", *(printable(line) for line in fix_lines(fix)), "```", ""]
+    if report.memory:
+        lines += ["```", *(printable(memory_line(plan)) for plan in report.memory), "```", ""]
     for error in report.errors:
         lines.append(printable(f"- :x: `{error.artifact}`: {error.message}"))
     for link in attachments:

@@ -200,6 +200,13 @@ def test_sam_memory_plot_draws_the_reported_plan(sam_fixed: tuple[dict[str, Any]
         assert any(f"peak {peak.bytes} B at {peak.node}" in t.get_text() for t in ax.texts)
     # The folds removed fp32 tensors from the plan: fewer steps hold fp32 bytes after them.
     assert sum(timelines[1].fp32) < sum(timelines[0].fp32)
+    # Read back from the written .pte's instructions and allocations: the same peak.
+    from qlint.config import Config
+    from qlint.pte import lint_pte
+
+    shipped = lint_pte(pte.read_bytes(), "sam.pte", Config()).memory
+    assert shipped is not None and shipped.arena_bytes == summary["activation_bytes"][1]
+    assert (shipped.peak.bytes, shipped.peak.fp32_bytes) == (peaks[1].bytes, peaks[1].fp32_bytes) == (5248, 4736)
     svg = (pte.parent.parent / "memory.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
     assert "![memory.svg](<memory.svg>)" in (pte.parent.parent / "summary.md").read_text()

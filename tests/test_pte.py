@@ -7,22 +7,59 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_json
+from conftest import run_cli, run_json
 
 from qlint.config import Config
 from qlint.program import lint_program
 
 
 @pytest.fixture(scope="module")
-def attention_pte(tmp_path_factory: pytest.TempPathFactory, quantized: Callable[..., Any]) -> Path:
+def attention_plan(tmp_path_factory: pytest.TempPathFactory, quantized: Callable[..., Any]) -> tuple[Path, Any]:
+    """The attention example as to_executorch writes it, and the live peak of the plan it made."""
     from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
     from executorch.exir import EdgeProgramManager
+
+    from qlint.memory import live_peak
 
     checked = lint_program(quantized("make_attention"), "a", Config())  # to_executorch changes it: not the shared one
     manager = EdgeProgramManager({"forward": checked.lowered}, compile_config=cortex_m_edge_compile_config())
     path = tmp_path_factory.mktemp("pte") / "attention.pte"
-    path.write_bytes(manager.to_executorch().buffer)
-    return path
+    program = manager.to_executorch()
+    path.write_bytes(program.buffer)
+    return path, live_peak(program.exported_program().graph_module, Path("."))
+
+
+@pytest.fixture(scope="module")
+def attention_pte(attention_plan: tuple[Path, Any]) -> Path:
+    return attention_plan[0]
+
+
+def test_pte_memory_plan_is_read_and_drawn(attention_plan: tuple[Path, Any], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The live bytes read from the .pte's instructions and allocations agree with the peak of the
+    plan ExecuTorch made (its tensor specs' lifetimes), and the figure draws the reported series."""
+    from qlint.findings import LivePeak, MemoryTimeline, PlanMemory, Report
+    from qlint.memory_plot import figure
+
+    pte, planned = attention_plan
+    plot = tmp_path / "memory.png"
+    _, data = run_json(["check", str(pte), "--no-cache", "--write", f"memory-plot:{plot}"], capsys)
+    [memory] = data["memory"]
+    series = MemoryTimeline(tuple(memory["timeline"]["total"]), tuple(memory["timeline"]["fp32"]))
+    peak = LivePeak(**memory["peak"])
+    assert (peak.bytes, peak.fp32_bytes, peak.input_bytes) == (planned.bytes, planned.fp32_bytes, planned.input_bytes)
+    assert peak.bytes == max(series.total) == memory["arena_bytes"] == 1664  # q, k, v in fp32 + int8 q
+    assert peak.node == "cortex_m::quantize_per_tensor.out" and len(series.total) == 16  # inputs + 15 instructions
+    _, out, _ = run_cli(["check", str(pte)], capsys)  # twice: the second from the cache
+    _, again, _ = run_cli(["check", str(pte)], capsys)
+    line = f"{pte}: memory plan: arena 1664 bytes, live peak 1664 bytes at step 1 (cortex_m::quantize_per_tensor.out)"
+    assert line in out and line in again
+    fig = figure(Report(memory=[PlanMemory(str(pte), 1664, series, peak)]))
+    [ax] = fig.axes
+    total, fp32, marker = ax.get_lines()
+    assert tuple(total.get_ydata()) == series.total and tuple(fp32.get_ydata()) == series.fp32
+    assert list(marker.get_ydata()) == [1664]
+    assert plot.read_bytes().startswith(b"\x89PNG")
 
 
 def test_pte_islands_match_the_lowered_program(
@@ -39,3 +76,29 @@ def test_pte_islands_match_the_lowered_program(
     assert ql001["location"] is None  # a .pte carries no source lines
     [stats] = pte["artifacts"]
     assert stats["int_kernels"] == 3 and stats["fp32_islands"] == 1 and stats["fp32_elements"] == 128
+
+
+MEMORY_TAMPERED: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "peak-step-outside": lambda m: m["peak"].update(step=10_000),
+    "lengths-differ": lambda m: m["timeline"]["fp32"].pop(),
+    "float-bytes": lambda m: m["timeline"]["total"].__setitem__(0, 1.5),
+    "other-artifact": lambda m: m.update(artifact="other.pte"),
+    "extra-field": lambda m: m.update(evil=True),
+}
+
+
+@pytest.mark.parametrize("tamper", list(MEMORY_TAMPERED))
+def test_a_tampered_memory_plan_in_the_cache_is_recomputed(
+    tamper: str, attention_pte: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    args = ["check", "--cache-dir", str(tmp_path), str(attention_pte), "--output-format", "json"]
+    honest_out = run_cli(args, capsys)[1]
+    [entry] = list(tmp_path.rglob("*.json"))
+    honest = json.loads(entry.read_text())
+    tampered = json.loads(entry.read_text())
+    MEMORY_TAMPERED[tamper](tampered["memory"][0])
+    entry.write_text(json.dumps(tampered))
+    assert json.loads(run_cli(args, capsys)[1]) == json.loads(honest_out)
+    assert json.loads(entry.read_text()) == honest  # rewritten

@@ -55,10 +55,10 @@ def test_the_pte_of_every_zoo_model_reads_as_its_program(
     checked = linted(name)
     assert checked.failure is None and "QL007" not in codes(checked.findings)
     shipped = to_pte(checked.lowered, Config().root).pte
-    assert codes(lint_pte(shipped, f"{name}.pte", Config())[0]) == codes(checked.findings)
+    assert codes(lint_pte(shipped, f"{name}.pte", Config()).findings) == codes(checked.findings)
     result = fixed(name)
     assert result.summary.verified_inputs == 9  # channels_last programs are fed channels_last batches
-    assert codes(lint_pte(result.pte, f"{name}.fixed.pte", Config())[0]) == codes(result.findings)
+    assert codes(lint_pte(result.pte, f"{name}.fixed.pte", Config()).findings) == codes(result.findings)
 
 
 @pytest.mark.parametrize("name", list(SCALES))
