@@ -320,5 +320,6 @@ def run_rules(
         fp32_elements=sum(fp32_elements(view, i) for i in analysis.islands),
         coverage=cov.ratio,
         lowered=view.lowered,
+        graph=view.graph_id,
     )
     return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure)

@@ -60,6 +60,7 @@ class ArtifactStats:
     fp32_elements: int = 0
     coverage: float = 1.0
     lowered: bool = True
+    graph: str = "graph"   # the id Model Explorer's adapter gives the program's graph
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

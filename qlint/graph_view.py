@@ -239,8 +239,10 @@ def computed_constants(program: Any, trusted_shapes: bool) -> dict[Node, torch.T
 class GraphView:
     """Kinds, qparams and constants for the nodes of one ExportedProgram."""
 
-    def __init__(self, program: Any, trusted_shapes: bool | None = None, quantized: Any = None) -> None:
+    def __init__(self, program: Any, trusted_shapes: bool | None = None, quantized: Any = None,
+                 graph_id: str = "graph") -> None:
         self.program = program
+        self.graph_id = graph_id  # what Model Explorer's adapter calls the program's graph
         # The quantized program this one was lowered from: what the quantizer saw, by node name.
         self._quantized = {n.name: n for n in quantized.graph.nodes} if quantized is not None else {}
         self.graph = program.graph_module.graph
@@ -261,8 +263,10 @@ class GraphView:
         return self._quantized.get(sources[0].name, node) if sources else node
 
     def source_name(self, node: Node) -> str | None:
-        """The node's name in the program the user gave qlint (for a `.pt2`, the id Model Explorer's
-        adapter shows), or None for a node that lowering made."""
+        """The node's id in the program the user gave qlint, as Model Explorer's adapter shows it
+        (a `.pt2`'s fx node name; a `.pte`'s instruction), or None for a node lowering made."""
+        if "instruction_id" in node.meta:
+            return node.meta["instruction_id"]
         if not self._quantized:
             return node.name
         name = self.as_quantized(node).name

@@ -1,8 +1,11 @@
-"""Findings on the graph in Google's Model Explorer: custom node data for each checked `.pt2`.
+"""Findings on the graph in Google's Model Explorer: custom node data for each checked `.pt2` and `.pte`.
 
 Model Explorer's PyTorch adapter shows an ExportedProgram as one graph (`graph`)
-whose node ids are the fx node names; the findings record their nodes by those
-names (`graph_nodes`, mapped back from the lowered program through `from_node`).
+whose node ids are the fx node names; its `.pte` adapter (ExecuTorch's
+`executorch-extension-model-explorer`) shows the execution plan (`forward`) with
+one node per instruction, `forward_<chain>_<index>`. The findings record their
+nodes by those ids (`graph_nodes`: a lowered node mapped back through `from_node`,
+a `.pte` node by its instruction) and the graph's id (`ArtifactStats.graph`).
 Two node-data files per program: the fp32 elements each node materializes per
 inference (a colour gradient; a node that lowering split, `layer_norm` into
 `native_layer_norm` and `getitem`, carries what all its parts count), and the
@@ -19,7 +22,6 @@ from typing import Any
 from qlint.catalog import load_catalog
 from qlint.findings import Finding, Report
 
-GRAPH_ID = "graph"   # the one graph the adapter makes of an ExportedProgram
 FP32_SUFFIX = ".fp32.json"
 FINDINGS_SUFFIX = ".findings.json"
 _LABEL_CHARS = 100
@@ -30,8 +32,8 @@ class OverlayUnavailable(Exception):
 
 
 def overlay_files(report: Report) -> dict[str, str]:
-    """File name -> node-data JSON, two for each `.pt2` the report checked (none for targets,
-    `.pte` files or artifacts that could not be read)."""
+    """File name -> node-data JSON, two for each `.pt2` and `.pte` the report checked (none for
+    targets, which leave no file to open, or artifacts that could not be read)."""
     try:
         from model_explorer.node_data_builder import (
             GradientItem,
@@ -44,7 +46,7 @@ def overlay_files(report: Report) -> dict[str, str]:
 
     files: dict[str, str] = {}
     for stats in report.stats:
-        if not stats.artifact.endswith(".pt2"):
+        if not stats.artifact.endswith((".pt2", ".pte")):
             continue
         elements, labels = node_values([f for f in report.findings if f.artifact == stats.artifact])
         fp32 = GraphNodeData(
@@ -58,8 +60,8 @@ def overlay_files(report: Report) -> dict[str, str]:
             showExpandedSummaryOnGroupNode=True,
         )
         stem = file_stem(stats.artifact)
-        files[stem + FP32_SUFFIX] = ModelNodeData(graphsData={GRAPH_ID: fp32}).to_json_string(indent=2)
-        files[stem + FINDINGS_SUFFIX] = ModelNodeData(graphsData={GRAPH_ID: rules}).to_json_string(indent=2)
+        files[stem + FP32_SUFFIX] = ModelNodeData(graphsData={stats.graph: fp32}).to_json_string(indent=2)
+        files[stem + FINDINGS_SUFFIX] = ModelNodeData(graphsData={stats.graph: rules}).to_json_string(indent=2)
     return files
 
 

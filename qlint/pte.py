@@ -197,6 +197,7 @@ class _PlanReader:
         constant = val.data_buffer_idx > 0
         name = f"constant_{index}" if constant else f"value_{index}"
         node = self.graph.placeholder(name)
+        node.meta["instruction_id"] = None  # Model Explorer shows inputs as one node, constants not at all
         node.meta["val"] = meta
         if constant:
             self.buffers[name] = self.constant_data(index, val, meta)
@@ -220,6 +221,7 @@ class _PlanReader:
         import torch
 
         node = self.graph.call_function(torch.ops.aten.view_copy.default, (self.env[base], list(meta.shape)))
+        node.meta["instruction_id"] = None  # a static view: no instruction
         node.meta["val"] = meta
         self.env[index] = node
         return node
@@ -293,10 +295,13 @@ class _PlanReader:
             kwargs["dtype"] = _dtype(int(result.scalar_type))
         target = functional or _unknown(f"{operator.name}.{operator.overload}")
         node = self.graph.call_function(target, tuple(node_args), kwargs)
+        # The id Model Explorer's .pte adapter gives this instruction: `<plan>_<chain>_<index>`.
+        node.meta["instruction_id"] = f"{self.plan.name}_0_{self.step - 1}"
         if type(result).__name__ == "TensorList":
             node.meta["val"] = tuple(self.meta(self.tensor_value(i)) for i in result.items)
             for position, out in enumerate(result.items):
                 item = self.graph.call_function(pyop.getitem, (node, position))
+                item.meta["instruction_id"] = node.meta["instruction_id"]
                 item.meta["val"] = node.meta["val"][position]
                 self.produced(out, item)
         elif type(result).__name__ == "Tensor":
@@ -443,7 +448,7 @@ def _read(program: Any) -> tuple[Any, _PlanReader]:
         state_dict=reader.buffers,
         constants={},
     )
-    return GraphView(shim, trusted_shapes=True), reader
+    return GraphView(shim, trusted_shapes=True, graph_id=str(reader.plan.name)), reader
 
 
 @dataclass

@@ -99,6 +99,24 @@ def pt2_dir(tmp_path_factory: pytest.TempPathFactory, quantized: Callable[..., A
 
 
 @pytest.fixture(scope="session")
+def attention_plan(tmp_path_factory: pytest.TempPathFactory, quantized: Callable[..., Any]) -> tuple[Path, Any]:
+    """The attention example as to_executorch writes it (unfolded), and the live peak of its plan."""
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.exir import EdgeProgramManager
+
+    from qlint.config import Config
+    from qlint.memory import live_peak
+    from qlint.program import lint_program
+
+    checked = lint_program(quantized("make_attention"), "a", Config())  # to_executorch changes it: not the shared one
+    manager = EdgeProgramManager({"forward": checked.lowered}, compile_config=cortex_m_edge_compile_config())
+    path = tmp_path_factory.mktemp("pte") / "attention.pte"
+    program = manager.to_executorch()
+    path.write_bytes(program.buffer)
+    return path, live_peak(program.exported_program().graph_module, Path("."))
+
+
+@pytest.fixture(scope="session")
 def sam_pt2(pt2_dir: Callable[[str], Path]) -> Path:
     return pt2_dir("make_two_way_transformer")
 

@@ -9,25 +9,6 @@ from typing import Any
 import pytest
 from conftest import run_cli, run_json
 
-from qlint.config import Config
-from qlint.program import lint_program
-
-
-@pytest.fixture(scope="module")
-def attention_plan(tmp_path_factory: pytest.TempPathFactory, quantized: Callable[..., Any]) -> tuple[Path, Any]:
-    """The attention example as to_executorch writes it, and the live peak of the plan it made."""
-    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
-    from executorch.exir import EdgeProgramManager
-
-    from qlint.memory import live_peak
-
-    checked = lint_program(quantized("make_attention"), "a", Config())  # to_executorch changes it: not the shared one
-    manager = EdgeProgramManager({"forward": checked.lowered}, compile_config=cortex_m_edge_compile_config())
-    path = tmp_path_factory.mktemp("pte") / "attention.pte"
-    program = manager.to_executorch()
-    path.write_bytes(program.buffer)
-    return path, live_peak(program.exported_program().graph_module, Path("."))
-
 
 @pytest.fixture(scope="module")
 def attention_pte(attention_plan: tuple[Path, Any]) -> Path:

@@ -91,10 +91,54 @@ def test_overlay_of_sam_marks_every_island_node(sam_pt2: Path, tmp_path: Path,
     assert len(values) == len({node for f in data["findings"] for node in f["details"].get("graph_nodes", {})})
 
 
+# Model Explorer's .pte adapter (from executorch-extension-model-explorer) needs a newer flatbuffers
+# than tosa-tools pins, so it runs in a venv of its own layered over this one.
+PTE_ADAPTER = "pte-adapter-model-explorer==0.2.0"
+PTE_GRAPHS = """
+import json, sys
+from pte_adapter_model_explorer.main import PTEAdapter
+[collection] = PTEAdapter().convert(sys.argv[1], {})["graphCollections"]
+print(json.dumps({g.id: {n.id: n.label for n in g.nodes} for g in collection.graphs}))
+"""
+
+
+@pytest.mark.slow
+def test_overlay_of_a_pte_matches_the_pte_adapters_ids(
+    attention_plan: tuple[Path, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import venv
+
+    from qlint.overlay import FINDINGS_SUFFIX, FP32_SUFFIX, file_stem
+
+    pte = attention_plan[0]
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, system_site_packages=True, with_pip=True)
+    python = str(env_dir / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "--quiet", PTE_ADAPTER], check=True, capture_output=True)
+    graphs = json.loads(subprocess.run([python, "-c", PTE_GRAPHS, str(pte)], check=True, capture_output=True,
+                                       text=True).stdout)
+    _, data = run_json(["check", str(pte), "--no-cache", "--write", f"model-explorer:{tmp_path / 'me'}"], capsys)
+    fp32 = load_node_data(tmp_path / "me" / f"{file_stem(str(pte))}{FP32_SUFFIX}", numbers=True).graphsData
+    labels = load_node_data(tmp_path / "me" / f"{file_stem(str(pte))}{FINDINGS_SUFFIX}", numbers=False).graphsData
+    assert list(graphs) == list(fp32) == list(labels) == ["forward"]
+    ids = graphs["forward"]
+    values = {node: result.value for node, result in fp32["forward"].results.items()}
+    assert set(values) <= set(ids) and set(values) == set(labels["forward"].results)
+    # The attention scale island: its dequantize, the division and its quantize, as the adapter labels them.
+    [scale] = [f for f in data["findings"] if f["code"] == "QL001"]
+    marked = scale["details"]["graph_nodes"]
+    assert sorted(ids[node] for node in marked) == [
+        "aten::div", "cortex_m::dequantize_per_tensor", "cortex_m::quantize_per_tensor"
+    ]
+    assert {ids[node]: count for node, count in marked.items()}["aten::div"] == 64
+    assert sum(marked.values()) == scale["details"]["fp32_elements"] == 128
+
+
 def test_writes_that_cannot_happen_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     example = str(ROOT / "examples" / "attention.pt2")
     code, _, err = run_cli(["check", example, "--write", f"memory-plot:{tmp_path / 'm.svg'}"], capsys)
-    assert code == 2 and err.strip().endswith("--write memory-plot: needs --fix on a program that lowers")
+    assert code == 2 and err.strip().endswith("--write memory-plot: needs --fix on a program that lowers, or a .pte")
     code, _, err = run_cli(["check", example, "--write", f"model-explorer:{tmp_path / 'no' / 'dir'}"], capsys)
     assert code == 2 and f"its parent {tmp_path / 'no'} is not a directory" in err
     assert not (tmp_path / "m.svg").exists() and not (tmp_path / "no").exists()
