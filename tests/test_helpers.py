@@ -12,14 +12,14 @@ from qlint.config import Config, Target
 from qlint.engine import plan_work
 from qlint.folds import _scale_candidates
 from qlint.inputs import ReadError, printable
-from qlint.memory import _Buffer, _covered
+from qlint.memory import Buffer, _covered
 from qlint.source import _is_framework, user_frame
 
 LIMITS = ArchiveLimits(entry_bytes=1 << 20, total_bytes=1 << 21, tensor_bytes=1 << 20)
 
 
-def buffer(offset: int, size: int) -> _Buffer:
-    return _Buffer(start=0, end=1, offset=offset, size=size, fp32=True, input=False)
+def buffer(offset: int, size: int) -> Buffer:
+    return Buffer(start=0, end=1, offset=offset, size=size, fp32=True, input=False)
 
 
 def test_covered_counts_overlapping_buffers_once() -> None:
