@@ -9,7 +9,7 @@ finding, the fold plan and the check of the fixed program.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -17,9 +17,10 @@ import torch
 from torch.fx import Node
 
 from qlint.causes import cause_of, causes
-from qlint.config import Config, ConstantKind, FoldGuards
+from qlint.config import Config, ConstantKind
 from qlint.evaluate import evaluate, input_domain, not_per_integer, runtime_input
 from qlint.graph_view import Constant, GraphView, Kind, QParams, base_name, op_name
+from qlint.guards import blocked_guards
 from qlint.islands import Island, find_islands, requantize_pairs
 
 SCALE_OPS = {"div", "mul"}
@@ -220,29 +221,6 @@ def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_element
     if value is None or value == 0.0:
         return f"constant {constant.name} is zero or not finite"
     return ScaleStep(node, base, constant, value)
-
-
-def blocked_guards(
-    guards: FoldGuards, qp_in: QParams | None, kinds: Iterable[ConstantKind], qp_out: QParams | None = None
-) -> list[str]:
-    """The fold guards that forbid folding a region: the one place guards are checked.
-
-    `qp_out` is given for a constant scale, whose fold keeps the input's clamp range.
-    """
-    blocked = []
-    if qp_in is not None and qp_in.dtype_name not in guards.dtypes:
-        blocked.append(f"fold.dtypes: {qp_in.dtype_name} not in [{', '.join(guards.dtypes)}]")
-    disallowed = sorted(set(kinds) - set(guards.constant_kinds))
-    if disallowed:
-        blocked.append(f"fold.constant_kinds: {', '.join(disallowed)} not in [{', '.join(guards.constant_kinds)}]")
-    a, b = qp_in, qp_out
-    if guards.require_equal_qrange and a is not None and b is not None and (a.dtype, a.qmin, a.qmax) != (
-        b.dtype, b.qmin, b.qmax
-    ):
-        blocked.append(
-            f"fold.require_equal_qrange: {a.dtype_name}[{a.qmin}, {a.qmax}] in, {b.dtype_name}[{b.qmin}, {b.qmax}] out"
-        )
-    return blocked
 
 
 def _island_region(

@@ -126,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--targets-only", action="store_true", help="check only the config's targets")
     check.add_argument(
+        "--static", action="store_true",
+        help="the static tier: QL001 and QL004 read from each .pt2's graph, no torch, no lowering "
+        "(milliseconds; the fast local hook, with the full check in CI)",
+    )
+    check.add_argument(
         "--fix",
         action="store_true",
         help="fold the islands that have a proven exact fold and write a verified <name>.pte",
@@ -263,6 +268,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         print("qlint: error: --jobs must be at least 1", file=sys.stderr)
         return EXIT_ERROR
     fix = None
+    if args.static and (args.fix or args.diff or args.targets_only):
+        what = "--fix and --diff" if args.fix or args.diff else "config targets"
+        print(f"qlint: error: {what} need the full check (lowering); drop --static", file=sys.stderr)
+        return EXIT_ERROR
     if args.unsafe_fixes and not (args.fix or args.diff):
         print("qlint: error: --unsafe-fixes needs --fix or --diff", file=sys.stderr)
         return EXIT_ERROR
@@ -275,7 +284,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 print(f"qlint: error: --output-dir {printable(str(args.output_dir))}: {problem}", file=sys.stderr)
                 return EXIT_ERROR
         fix = FixOptions(output_dir=args.output_dir, dry_run=args.diff, unsafe_fixes=args.unsafe_fixes)
-    options = RunOptions(order=LoweringOrder(args.lowering), verbose=args.verbose, fix=fix)
+    options = RunOptions(order=LoweringOrder(args.lowering), verbose=args.verbose, fix=fix, static=args.static)
     cache = None
     if not args.no_cache:
         from qlint.cache import Cache, default_dir
@@ -286,7 +295,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     elif args.paths:
         paths, targets = list(args.paths), []
     else:
-        paths, targets = [Path(".")], list(config.targets)
+        paths, targets = [Path(".")], [] if args.static else list(config.targets)
+    if args.static:
+        from qlint.static import RULES
+
+        print(f"qlint: static tier: {' and '.join(RULES)} from the graph of each .pt2, without lowering; "
+              "QL002, QL003, QL005, QL007, config targets, .pte files and fixes need `qlint check`",
+              file=sys.stderr)
     report = engine.run(
         paths, targets, config, options, cache, jobs=args.jobs, shard=args.shard, progress=_progress_bar(args)
     )

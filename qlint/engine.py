@@ -113,6 +113,9 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Any = None
             raise ReadError(f"unsupported file type {path.suffix or '(none)'!r}: expected .pt2 or .pte")
         if path.suffix == ".pte" and options.fix is not None:
             raise ReadError(".pte files can be checked but not fixed: fix the .pt2 it came from")
+        if path.suffix == ".pte" and options.static:
+            raise ReadError(".pte files need the full check (ExecuTorch's reader imports torch): "
+                            "qlint check without --static")
         data = read_input(path, config.limits.file_bytes, "artifact")
     except ReadError as exc:
         return Report(errors=[InputError(artifact, str(exc))])
@@ -120,7 +123,9 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Any = None
     hit = cache.get(key, artifact) if key is not None else None
     if hit is not None:
         return hit
-    if isolate or path.suffix == ".pte":
+    if options.static:
+        report = lint_static_bytes(data, artifact, config)
+    elif isolate or path.suffix == ".pte":
         report = run_isolated(
             lint_bytes, (path, data, artifact, config, options), name=artifact, limits=config.limits,
             verbose=options.verbose,
@@ -130,6 +135,17 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Any = None
     if key is not None:
         cache.put(key, report)
     return report
+
+
+def lint_static_bytes(data: bytes, artifact: str, config: Config) -> Report:
+    """The static tier on the bytes of a `.pt2`: in this process, torch never imported."""
+    from qlint.static import lint_static
+
+    try:
+        findings, stats = lint_static(data, artifact, config)
+    except ReadError as exc:
+        return Report(errors=[InputError(artifact, str(exc))])
+    return Report(findings=findings, stats=[stats])
 
 
 def lint_bytes(path: Path, data: bytes, artifact: str, config: Config, options: RunOptions) -> Report:
@@ -318,7 +334,7 @@ def run(
     report = Report(errors=errors)
     keys = {id(w): target_key(w, config, options, cache) for w in work if w.target is not None}
     answered = {id(w): hit for w in work if (key := keys.get(id(w))) and (hit := cache.get(key, w.name))}
-    if work and (jobs > 1 or any(w.target is not None and id(w) not in answered for w in work)):
+    if work and not options.static and (jobs > 1 or any(w.target is not None and id(w) not in answered for w in work)):
         from qlint.isolation import warm_up
 
         warm_up()  # a child is certain: start importing torch for it now

@@ -61,6 +61,7 @@ class ArtifactStats:
     coverage: float = 1.0
     lowered: bool = True
     graph: str = "graph"   # the id Model Explorer's adapter gives the program's graph
+    static: bool = False   # read by `--static`: no lowering, so no kernels or coverage
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

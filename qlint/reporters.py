@@ -183,11 +183,11 @@ def summary_table(report: Report, fmt: str = "simple") -> str:
         [
             printable(s.artifact),
             s.nodes,
-            s.int_kernels,
+            "-" if s.static else s.int_kernels,
             s.fp32_islands,
             s.fp32_elements,
-            f"{s.coverage:.0%}",
-            "yes" if s.lowered else "no (QL003)",
+            "-" if s.static else f"{s.coverage:.0%}",
+            "static tier" if s.static else "yes" if s.lowered else "no (QL003)",
         ]
         for s in report.stats
     ]

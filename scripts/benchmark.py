@@ -10,6 +10,9 @@ runs (the least disturbed, timeit's rule) and of the median CPU seconds.
 
     python scripts/benchmark.py [--pt2 FILE] [--repeat 3] [--target]
 
+`qlint check --static` (the torch-free tier) is timed against the full check,
+whole processes both, with `qlint --version` as the floor of any qlint process.
+
 With --target, `qlint check --fix` on SAM as a config target (plainly, and with
 --unsafe-fixes: every remedy tried, measured and the kept ones built together)
 is timed against the target's plain flow: factory, export and quantization,
@@ -121,6 +124,8 @@ def main() -> None:
         commands = {
             "bare flow": [sys.executable, "-c", BARE_FLOW, str(pt2)],
             "qlint check": [*QLINT, "check", "--no-cache", "--quiet", str(pt2)],
+            "qlint check --static": [*QLINT, "check", "--static", "--no-cache", "--quiet", str(pt2)],
+            "qlint --version": [*QLINT, "--version"],
             "bare flow + .pte": [sys.executable, "-c", BARE_FLOW, str(pt2), str(out / "bare.pte")],
             "qlint --fix": [
                 *QLINT, "check", "--fix", "--quiet", "--output-dir", str(out), str(pt2)
@@ -185,6 +190,9 @@ def main() -> None:
         print(f"target fix with every remedy: {ratios('  --unsafe-fixes', 'target flow + .pte', False)}"
               "  (4 builds on SAM)")
     print(f"cache speed-up: {median['check, cold cache'] / median['check, warm cache']:.1f}x  (target >= 20x)")
+    static = median["qlint check --static"]
+    print(f"static tier: {static:.3f} s, {median['qlint check'] / static:.0f}x faster than the full check "
+          f"(target >= 50x; `qlint --version` takes {median['qlint --version']:.3f} s)")
     if args.target:
         print(f"target hook, unrelated .py touched: {median['  unrelated .py']:.2f} s, "
               f"{median['target check, cold'] / median['  unrelated .py']:.1f}x faster than cold  (target < 1 s)")

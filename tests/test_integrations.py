@@ -33,7 +33,10 @@ def hooks() -> dict[str, dict]:
 
 def test_hook_definitions() -> None:
     defined = hooks()
-    assert set(defined) == {"qlint", "qlint-fix", "qlint-targets"}
+    assert set(defined) == {"qlint", "qlint-fix", "qlint-targets", "qlint-static"}
+    assert defined["qlint-static"]["entry"] == "qlint check --static"
+    static_files = defined["qlint-static"]["files"]
+    assert re.search(static_files, "a.pt2") and not re.search(static_files, "b.pte")
     assert re.search(defined["qlint"]["files"], "models/a.pt2") and re.search(defined["qlint"]["files"], "b.pte")
     assert not re.search(defined["qlint-fix"]["files"], "b.pte")
     assert defined["qlint-targets"]["pass_filenames"] is False
@@ -67,8 +70,11 @@ def repo(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     return git
 
 
-def test_pre_commit_rejects_an_island_and_accepts_a_clean_artifact(repo, pt2_dir: Callable[[str], Path]) -> None:  # type: ignore[no-untyped-def]
-    repo.configure("qlint")
+@pytest.mark.parametrize("hook", ["qlint", "qlint-static"])
+def test_pre_commit_rejects_an_island_and_accepts_a_clean_artifact(  # type: ignore[no-untyped-def]
+    repo, pt2_dir: Callable[[str], Path], hook: str
+) -> None:
+    repo.configure(hook)
     repo.install()
     repo("add", ".pre-commit-config.yaml")
     assert repo("commit", "-qm", "config").returncode == 0

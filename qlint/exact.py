@@ -1,0 +1,105 @@
+"""float32 arithmetic without torch: what quantize(x op c ... (dequantize(q))) gives, bit for bit.
+
+The static tier decides whether a constant scale island is an exact identity
+without importing torch. Every step rounds to float32 as torch's CPU kernels do:
+operands are first converted to float32 (a Python scalar too), one `+ - * /` is
+computed in double and rounded once (exact: double has more than twice float32's
+precision, so the double rounding is innocuous), `round` is half-to-even, the
+quantize clamps. `tests/test_static.py` compares it with torch on every integer of
+every island of the test corpus.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_F32 = struct.Struct("<f")
+# Integer dtypes a quantized tensor may have: name -> (min, max).
+INT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535)}
+
+
+def f32(x: float) -> float:
+    """`x` rounded to the nearest float32 (ties to even); beyond float32's range, infinity."""
+    try:
+        return float(_F32.unpack(_F32.pack(x))[0])
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def binary(op: str, a: float, b: float) -> float:
+    """One float32 `a op b` (op: add, sub, mul, div, rsub)."""
+    a, b = f32(a), f32(b)
+    if op == "add":
+        return f32(a + b)
+    if op == "sub":
+        return f32(a - b)
+    if op == "rsub":
+        return f32(b - a)
+    if op == "mul":
+        return f32(a * b)
+    if op == "div":
+        if b == 0.0:
+            return math.nan if a == 0.0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
+        return f32(a / b)
+    raise ValueError(op)
+
+
+@dataclass(frozen=True)
+class QParams:
+    """Per-tensor quantization parameters, as literal arguments of a quantize/dequantize node."""
+
+    scale: float
+    zero_point: int
+    qmin: int
+    qmax: int
+    dtype: str   # int8, uint8, int16, uint16
+
+    @property
+    def dtype_name(self) -> str:
+        return self.dtype
+
+    def __str__(self) -> str:  # the full check's QParams prints the same
+        return f"{self.dtype}(scale={self.scale:.6g}, zp={self.zero_point}, range=[{self.qmin}, {self.qmax}])"
+
+
+def dequantize(q: int, qp: QParams) -> float:
+    """`(q.to(float32) - zero_point) * scale`, in float32."""
+    return binary("mul", binary("sub", float(q), float(qp.zero_point)), qp.scale)
+
+
+def quantize(x: float, qp: QParams) -> int:
+    """`clamp(round(x * (1.0 / scale)) + zero_point, qmin, qmax)`, in float32."""
+    scaled = binary("mul", x, 1.0 / qp.scale)
+    if math.isnan(scaled):
+        raise ValueError("NaN reaches a quantize")
+    rounded = scaled if math.isinf(scaled) else float(round(scaled))
+    shifted = binary("add", rounded, float(qp.zero_point))
+    return int(min(max(shifted, qp.qmin), qp.qmax))
+
+
+def island_outputs(qp_in: QParams, steps: Sequence[tuple[str, float]], qp_out: QParams) -> list[int]:
+    """The output integer for every integer of the input dtype. A step is `x op c` (for add and
+    mul a constant first operand gives the same float32 result: IEEE `+` and `*` commute)."""
+    low, high = INT_RANGES[qp_in.dtype]
+    outputs = []
+    for q in range(low, high + 1):
+        x = dequantize(q, qp_in)
+        for op, constant in steps:
+            x = binary(op, x, constant)
+        outputs.append(quantize(x, qp_out))
+    return outputs
+
+
+def is_identity(qp_in: QParams, steps: Sequence[tuple[str, float]], qp_out: QParams) -> bool:
+    """quantize(f(dequantize(q))) == q for every q the input's producer can emit ([qmin, qmax])."""
+    if qp_out.dtype != qp_in.dtype:
+        return False
+    low, _ = INT_RANGES[qp_in.dtype]
+    try:
+        outputs = island_outputs(qp_in, steps, qp_out)
+    except ValueError:
+        return False
+    return all(outputs[q - low] == q for q in range(qp_in.qmin, qp_in.qmax + 1))

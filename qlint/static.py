@@ -1,0 +1,515 @@
+"""The static tier (`qlint check --static`): QL001 and QL004 from a `.pt2`'s graph JSON, without torch.
+
+A constant scale island is visible before lowering: a dequantize, `div`/`mul`
+(and `add`/`sub`) by a constant the quantizer left unquantized, then quantize
+nodes of one qparams; a requantize pair is a dequantize feeding a quantize. Its
+qparams are literal arguments, its constant raw bytes in the archive (or a value
+computed in the graph from literals: `aten.full`, a mask built from ones), its
+source line the node's `stack_trace`. The identity verdict is computed in
+emulated float32 (`qlint.exact`). Everything that needs lowering (QL002, QL003,
+QL005, QL007, folds) is left to the full check; `tests/test_static.py` holds the
+two tiers to the same findings on every `.pt2` of the test suite.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from qlint.archive import Pt2Archive, parse_pt2
+from qlint.config import Config, ConstantKind
+from qlint.exact import INT_RANGES, QParams, binary, dequantize, is_identity, quantize
+from qlint.findings import ArtifactStats, Finding, Location
+from qlint.guards import blocked_guards
+from qlint.source import locate
+
+RULES = ("QL001", "QL004")
+DQ = "quantized_decomposed.dequantize_per_tensor.default"
+Q = "quantized_decomposed.quantize_per_tensor.default"
+SCALE_OPS = {"div", "mul"}
+OFFSET_OPS = {"add", "sub"}
+# Ops that move float values without computing: an island carries them.
+SHAPE_OPS = {
+    "view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "permute", "transpose", "expand", "clone",
+    "contiguous", "alias", "flatten", "t", "slice", "select", "detach", "lift_fresh_copy",
+}
+# torch._export.serde.schema.ScalarType codes -> struct format and name.
+_SCALARS = {1: ("B", "uint8"), 2: ("b", "int8"), 3: ("h", "int16"), 4: ("i", "int32"), 5: ("q", "int64"),
+            6: ("e", "float16"), 7: ("f", "float32"), 8: ("d", "float64"), 12: ("?", "bool"), 28: ("H", "uint16")}
+_FLOAT_DTYPES = {"float16", "float32", "float64"}
+_MAX_CONSTANT_BYTES = 16 << 20   # the full check's MAX_COMPUTED_BYTES
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An argument that is another node's output."""
+
+    name: str
+
+
+@dataclass
+class StaticNode:
+    name: str
+    op: str                     # "aten.div.Tensor"
+    args: list[Any]
+    kwargs: dict[str, Any]
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    stack_trace: str | None = None
+    users: list[StaticNode] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        """`div` for `aten.div.Tensor`."""
+        parts = self.op.split(".")
+        return parts[1] if len(parts) > 1 else self.op
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape) if self.shape is not None else 0
+
+    @property
+    def refs(self) -> list[str]:
+        return [a.name for a in self.args if isinstance(a, Ref)]
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """A constant every position of which holds one value."""
+
+    value: float
+    dtype: str
+
+
+@dataclass(frozen=True)
+class StaticConstant:
+    name: str
+    kind: ConstantKind
+    numel: int
+    value: Uniform | None       # None: it differs by position (or is not a number qlint reads)
+
+
+class StaticGraph:
+    """The program of a checked `.pt2` as nodes, constants and users: no torch, no code from it."""
+
+    def __init__(self, archive: Pt2Archive) -> None:
+        graph = archive.program["graph_module"]["graph"]
+        tensors = graph.get("tensor_values") or {}
+        self.nodes: dict[str, StaticNode] = {}
+        self.order: list[StaticNode] = []
+        self.placeholders: dict[str, tuple[ConstantKind, str] | None] = {}
+        signature = archive.program["graph_module"].get("signature") or {}
+        for spec in signature.get("input_specs") or []:
+            self._placeholder(spec)
+        for raw in graph["nodes"]:
+            node = self._node(raw, tensors)
+            if node is not None:
+                self.nodes[node.name] = node
+                self.order.append(node)
+        for node in self.order:
+            for name in node.refs:
+                if name in self.nodes:
+                    self.nodes[name].users.append(node)
+        self.payloads = _payloads(archive)
+        self.tensors = tensors
+        self._constants: dict[str, Uniform | None | bool] = {}
+
+    def _placeholder(self, spec: Any) -> None:
+        if not isinstance(spec, dict) or len(spec) != 1:
+            return
+        (kind, body), = spec.items()
+        arg = body.get("arg") if isinstance(body, dict) else None
+        name = arg.get("name") if isinstance(arg, dict) else None
+        if not isinstance(name, str):
+            if isinstance(arg, dict) and isinstance(arg.get("as_tensor"), dict):
+                name = arg["as_tensor"].get("name")
+            if not isinstance(name, str):
+                return
+        fqn = {"parameter": "parameter_name", "buffer": "buffer_name", "tensor_constant": "tensor_constant_name"}
+        if kind in fqn:
+            constant_kind = {"parameter": ConstantKind.PARAMETER, "buffer": ConstantKind.BUFFER,
+                             "tensor_constant": ConstantKind.CONSTANT}[kind]
+            self.placeholders[name] = (constant_kind, str(body.get(fqn[kind])))
+        else:
+            self.placeholders[name] = None  # a runtime input
+
+    @staticmethod
+    def _node(raw: Any, tensors: dict[str, Any]) -> StaticNode | None:
+        outputs = raw.get("outputs") or []
+        first = outputs[0] if outputs and isinstance(outputs[0], dict) else {}
+        out = first.get("as_tensor") if isinstance(first.get("as_tensor"), dict) else None
+        name = raw.get("name") if isinstance(raw.get("name"), str) else (out or {}).get("name")
+        if not isinstance(name, str):
+            return None
+        op = str(raw.get("target", "")).removeprefix("torch.ops.")
+        args, kwargs = [], {}
+        for item in raw.get("inputs") or []:
+            value = _argument(item.get("arg")) if isinstance(item, dict) else None
+            if isinstance(item, dict) and item.get("kind") == 2:
+                kwargs[str(item.get("name"))] = value
+            else:
+                args.append(value)
+        meta = tensors.get(out["name"]) if out is not None else None
+        metadata = raw.get("metadata") or {}
+        return StaticNode(name, op, args, kwargs, _shape(meta), _dtype(meta),
+                          metadata.get("stack_trace") if isinstance(metadata.get("stack_trace"), str) else None)
+
+    # -- constants ------------------------------------------------------------------------
+
+    def is_runtime(self, arg: Any) -> bool:
+        """An operand computed from the program's inputs."""
+        if not isinstance(arg, Ref):
+            return False
+        if arg.name in self.placeholders:
+            return self.placeholders[arg.name] is None
+        node = self.nodes.get(arg.name)
+        return node is None or any(self.is_runtime(Ref(r)) for r in node.refs)
+
+    def constant(self, arg: Any) -> StaticConstant | None:
+        """The constant behind an operand: a literal, a lifted tensor, or one computed from those."""
+        if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            return StaticConstant(repr(arg), ConstantKind.LITERAL, 1, Uniform(float(arg), "float64"))
+        if not isinstance(arg, Ref) or self.is_runtime(arg):
+            return None
+        if arg.name in self.placeholders:
+            kind, fqn = self.placeholders[arg.name]  # type: ignore[misc]
+            meta = self.tensors.get(arg.name)
+            return StaticConstant(fqn, kind, math.prod(_shape(meta) or ()), self._lifted(fqn, meta))
+        node = self.nodes[arg.name]
+        return StaticConstant(node.name, ConstantKind.COMPUTED, node.numel, self.value(node))
+
+    def _lifted(self, fqn: str, meta: Any) -> Uniform | None:
+        payload = self.payloads.get(fqn)
+        dtype = _scalar(meta)
+        if payload is None or dtype is None or len(payload) > _MAX_CONSTANT_BYTES:
+            return None
+        fmt, name = dtype
+        size = struct.calcsize(fmt)
+        offset = _int(meta.get("storage_offset")) * size
+        values = [v for (v,) in struct.iter_unpack(f"<{fmt}", payload[offset: offset + (len(payload) - offset)
+                                                                          // size * size])]
+        numel = math.prod(_shape(meta) or ())
+        if not values or len(values) < min(numel, 1):
+            return None
+        first = values[0]
+        same = all(v == first for v in values) if not (isinstance(first, float) and math.isnan(first)) else False
+        return Uniform(float(first), name) if same else None
+
+    def value(self, node: StaticNode) -> Uniform | None:
+        """The one value a node computed from constants holds, from its literal arguments."""
+        if node.name not in self._constants:
+            self._constants[node.name] = False  # a cycle in a crafted graph ends here
+            self._constants[node.name] = _evaluate(self, node)
+        found = self._constants[node.name]
+        return found if isinstance(found, Uniform) else None
+
+    def operand(self, arg: Any) -> Uniform | None:
+        constant = self.constant(arg)
+        return constant.value if constant is not None else None
+
+
+def _argument(arg: Any) -> Any:
+    """A serialized argument as a Python value (tensors as Ref)."""
+    if not isinstance(arg, dict) or len(arg) != 1:
+        return None
+    (kind, value), = arg.items()
+    if kind == "as_tensor" and isinstance(value, dict):
+        return Ref(str(value.get("name")))
+    if kind == "as_tensors" and isinstance(value, list):
+        return [Ref(str(v.get("name"))) for v in value if isinstance(v, dict)]
+    if kind in ("as_float", "as_int", "as_bool", "as_string", "as_ints", "as_floats", "as_bools"):
+        return value
+    if kind == "as_scalar_type":
+        return ("dtype", value)
+    return None
+
+
+def _shape(meta: Any) -> tuple[int, ...] | None:
+    sizes = meta.get("sizes") if isinstance(meta, dict) else None
+    if not isinstance(sizes, list):
+        return None
+    return tuple(_int(s) for s in sizes)
+
+
+def _int(value: Any) -> int:
+    found = value.get("as_int") if isinstance(value, dict) else value
+    return found if isinstance(found, int) and not isinstance(found, bool) else 0
+
+
+def _scalar(meta: Any) -> tuple[str, str] | None:
+    code = meta.get("dtype") if isinstance(meta, dict) else None
+    return _SCALARS.get(code) if isinstance(code, int) else None
+
+
+def _dtype(meta: Any) -> str | None:
+    scalar = _scalar(meta)
+    return scalar[1] if scalar else None
+
+
+def _payloads(archive: Pt2Archive) -> dict[str, bytes]:
+    """FQN -> raw bytes of every weight and constant (the archive reader checked their names)."""
+    import json
+
+    found: dict[str, bytes] = {}
+    for kind in ("weights", "constants"):
+        config = json.loads(archive.entries[f"data/{kind}/model_{kind}_config.json"]).get("config") or {}
+        for fqn, payload in config.items():
+            body = archive.entries.get(f"data/{kind}/{payload.get('path_name')}")
+            if body is not None:
+                found[fqn] = body
+    return found
+
+
+# -- constants computed in the graph ---------------------------------------------------------
+
+_FILL = {"full": 1, "full_like": 1, "new_full": 1, "scalar_tensor": 0}
+_ONE_ZERO = {"ones": 1.0, "ones_like": 1.0, "new_ones": 1.0, "zeros": 0.0, "zeros_like": 0.0, "new_zeros": 0.0}
+_CASTS = {"_to_copy", "to", "type_as", "clone", "lift_fresh_copy", "alias", "detach"}
+
+
+def _cast(value: float, dtype: str | None) -> float:
+    if dtype in ("float32", None):
+        from qlint.exact import f32
+
+        return f32(value)
+    if dtype in _FLOAT_DTYPES:
+        return value
+    if dtype == "bool":
+        return float(bool(value))
+    return float(int(value)) if math.isfinite(value) else value
+
+
+def _evaluate(graph: StaticGraph, node: StaticNode) -> Uniform | None:
+    """A uniform constant's value, for the producers and elementwise ops a mask or a filled
+    scale is made of; None for anything else (then it is not known to be one value)."""
+    base, dtype = node.base, node.dtype
+    args = node.args
+    if base in _FILL and len(args) > _FILL[base] and isinstance(args[_FILL[base]], (int, float)):
+        return Uniform(_cast(float(args[_FILL[base]]), dtype), dtype or "float32")
+    if base in _ONE_ZERO:
+        return Uniform(_ONE_ZERO[base], dtype or "float32")
+    if base in SHAPE_OPS | _CASTS and args:
+        source = graph.operand(args[0])
+        return Uniform(_cast(source.value, dtype), dtype or source.dtype) if source is not None else None
+    if base in ("add", "sub", "mul", "div", "rsub") and len(args) >= 2:
+        a, b = graph.operand(args[0]), graph.operand(args[1])
+        if a is None or b is None or node.kwargs.get("alpha", 1) != 1 or (base == "div" and node.kwargs):
+            return None
+        if dtype == "float32":
+            return Uniform(binary(base, a.value, b.value), dtype)
+        result = {"add": a.value + b.value, "sub": a.value - b.value, "mul": a.value * b.value,
+                  "rsub": b.value - a.value}.get(base)
+        if result is None:
+            result = a.value / b.value if b.value else math.nan
+        return Uniform(_cast(result, dtype), dtype or "float32")
+    if base == "neg" and args:
+        source = graph.operand(args[0])
+        return Uniform(-source.value, source.dtype) if source is not None else None
+    if node.op in (DQ, Q) and args:
+        source = graph.operand(args[0])
+        qp = qparams(node)
+        if source is None or qp is None:
+            return None
+        if node.op == Q:
+            return Uniform(float(quantize(source.value, qp)), qp.dtype)
+        return Uniform(dequantize(int(source.value), qp), "float32")
+    return None
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+def qparams(node: StaticNode) -> QParams | None:
+    """The literal qparams of a per-tensor quantize or dequantize node."""
+    args = node.args[1:6]
+    if len(args) != 5 or not isinstance(args[0], float | int) or not all(isinstance(a, int) for a in args[1:3]):
+        return None
+    dtype = args[4][1] if isinstance(args[4], tuple) else None
+    name = _SCALARS[dtype][1] if isinstance(dtype, int) and dtype in _SCALARS else ""
+    if name not in INT_RANGES:
+        return None
+    return QParams(float(args[0]), int(args[1]), int(args[2]), int(args[3]), name)
+
+
+@dataclass
+class ScaleChain:
+    dq: StaticNode
+    nodes: list[StaticNode]                   # the island: affine ops and the shape ops between
+    steps: list[tuple[StaticNode, str, StaticConstant, float]]
+    outputs: list[StaticNode]                 # the quantize nodes it ends in
+
+
+def _chain(graph: StaticGraph, start: StaticNode) -> ScaleChain | None:
+    """The constant scale island through `start`, an affine op with one constant operand."""
+    dq_side = _runtime_operand(graph, start)
+    if dq_side is None or _quantized_constant(graph, start, dq_side):
+        return None
+    before: list[StaticNode] = []
+    source = graph.nodes.get(dq_side.name)
+    while source is not None and source.op != DQ:
+        if source.base not in SHAPE_OPS or len(source.users) != 1:
+            return None
+        before.insert(0, source)
+        source = graph.nodes.get(source.refs[0]) if source.refs else None
+    if source is None:
+        return None
+    nodes = [*before, start]
+    current = start
+    while not all(user.op == Q for user in current.users):
+        if len(current.users) != 1:
+            return None
+        current = current.users[0]
+        if current.base not in SHAPE_OPS and (current.base not in SCALE_OPS | OFFSET_OPS
+                                              or _runtime_operand(graph, current) is None):
+            return None
+        nodes.append(current)
+    steps = []
+    for node in nodes:
+        if node.base in SHAPE_OPS:
+            continue
+        operand = next(a for a in node.args[:2] if not graph.is_runtime(a) or not isinstance(a, Ref))
+        constant = graph.constant(operand)
+        if constant is None or constant.value is None or node.kwargs.get("alpha", 1) != 1:
+            return None
+        if node.base in ("div", "sub") and node.args[1] is not operand:
+            return None  # a constant-first division is no scale
+        if node.base in SCALE_OPS and (constant.value.value == 0.0 or not math.isfinite(constant.value.value)):
+            return None
+        steps.append((node, node.base, constant, constant.value.value))
+    if not current.users:
+        return None
+    return ScaleChain(source, nodes, steps, list(current.users))
+
+
+def _runtime_operand(graph: StaticGraph, node: StaticNode) -> Ref | None:
+    """The one runtime operand of a binary op whose other operand is constant."""
+    operands = node.args[:2]
+    runtime = [a for a in operands if graph.is_runtime(a)]
+    if len(operands) != 2 or len(runtime) != 1:
+        return None
+    return runtime[0]
+
+
+def _quantized_constant(graph: StaticGraph, node: StaticNode, runtime: Ref) -> bool:
+    """The quantizer annotated the op: its constant operand is dequantized like its activation,
+    so lowering makes it an integer kernel."""
+    other = node.args[1] if node.args[0] is runtime else node.args[0]
+    return isinstance(other, Ref) and other.name in graph.nodes and graph.nodes[other.name].op == DQ
+
+
+def scale_chains(graph: StaticGraph) -> list[ScaleChain]:
+    seen: set[str] = set()
+    chains = []
+    for node in graph.order:
+        if node.name in seen or node.base not in SCALE_OPS | OFFSET_OPS or node.op.startswith("quantized"):
+            continue
+        chain = _chain(graph, node)
+        if chain is None or not any(s[1] in SCALE_OPS for s in chain.steps):
+            continue
+        seen.update(n.name for n in chain.nodes)
+        chains.append(chain)
+    return chains
+
+
+def _qp_dict(qp: QParams) -> dict[str, Any]:
+    return {"scale": qp.scale, "zero_point": qp.zero_point, "qmin": qp.qmin, "qmax": qp.qmax, "dtype": qp.dtype}
+
+
+class _Findings:
+    def __init__(self, artifact: str, config: Config) -> None:
+        self.artifact, self.config = artifact, config
+
+    def location(self, *nodes: StaticNode) -> Location | None:
+        for node in nodes:
+            found = locate(node.stack_trace, self.config.root)
+            if found:
+                return found
+        return None
+
+    def make(self, code: str, message: str, nodes: tuple[StaticNode, ...], **details: Any) -> Finding:
+        return Finding(code=code, severity=self.config.severity(code), message=message, artifact=self.artifact,
+                       node=nodes[0].name, location=self.location(*nodes), fixable=False, details=details)
+
+
+def scale_finding(make: _Findings, graph: StaticGraph, chain: ScaleChain, config: Config) -> Finding | None:
+    qp_in = qparams(chain.dq)
+    outs = {qparams(o) for o in chain.outputs}
+    if qp_in is None or len(outs) != 1 or None in outs:
+        return None
+    qp_out: QParams = outs.pop()  # type: ignore[assignment]
+    steps = [(op, value) for _, op, _, value in chain.steps]
+    identity = is_identity(qp_in, steps, qp_out)
+    symbols = {"div": "/", "mul": "*", "add": "+", "sub": "-"}
+    scale_text = " ".join(f"{symbols[op]} {_constant_text(c)}" for _, op, c, _ in chain.steps)
+    ident = f"{'already an exact' if identity else 'not an'} identity on {qp_in.dtype} values"
+    message = f"constant scale in fp32: x {scale_text} between dequantize {qp_in} and quantize {qp_out}; {ident}"
+    blocked = blocked_guards(config.fold, qp_in, [c.kind for _, _, c, _ in chain.steps], qp_out)
+    if blocked:
+        message += f"; fold blocked by {'; '.join(blocked)}"
+    factor = 1.0
+    for _, op, _, value in chain.steps:
+        if op in SCALE_OPS:
+            factor = factor / value if op == "div" else factor * value
+    # As the full check counts them: every dequantized input (a dequantized constant too), the
+    # island's own outputs, and the quantize nodes it ends in with none.
+    dequantized = [graph.nodes[r] for n in chain.nodes for r in n.refs
+                   if r in graph.nodes and graph.nodes[r].op == DQ]
+    nodes = {**{d.name: d.numel for d in dequantized}, **{n.name: n.numel for n in chain.nodes},
+             **{o.name: 0 for o in chain.outputs}}
+    anchor = next(n for n in chain.nodes if n.base not in SHAPE_OPS)
+    return make.make(
+        "QL001", message, (anchor, *chain.nodes),
+        ops=[n.op for n in chain.nodes if n.base not in SHAPE_OPS],
+        constants=[{"name": c.name, "kind": c.kind, "value": value, "op": op} for _, op, c, value in chain.steps],
+        factor=factor, input_qparams=_qp_dict(qp_in), output_qparams=_qp_dict(qp_out), identity=identity,
+        blocked_by=blocked, fp32_elements=sum(nodes.values()), graph_nodes=nodes,
+    )
+
+
+def _constant_text(constant: StaticConstant) -> str:
+    """As the full check prints a constant (`graph_view.Constant`)."""
+    assert constant.value is not None
+    value = f"{constant.name}={constant.value.value:.6g}"
+    return f"{value} ({constant.kind})" if constant.numel == 1 else \
+        f"{value} ({constant.kind}, all {constant.numel} elements)"
+
+
+def requantize_findings(make: _Findings, graph: StaticGraph) -> Iterator[Finding]:
+    for dq in graph.order:
+        if dq.op != DQ or not dq.refs or not graph.is_runtime(Ref(dq.refs[0])):
+            continue
+        for q in dq.users:
+            qp_in, qp_out = qparams(dq), qparams(q)
+            if q.op != Q or qp_in is None or qp_out is None:
+                continue
+            identity = is_identity(qp_in, [], qp_out)
+            kind = "an identity" if identity else "a rescale"
+            producer = [graph.nodes[r] for r in dq.refs if r in graph.nodes]
+            yield make.make(
+                "QL004", f"dequantize -> quantize with nothing between ({kind} done in fp32): {qp_in} -> {qp_out}",
+                (q, dq, *producer), identity=identity, input_qparams=_qp_dict(qp_in),
+                output_qparams=_qp_dict(qp_out), graph_nodes={dq.name: dq.numel, q.name: 0},
+            )
+
+
+def lint_static(data: bytes, artifact: str, config: Config) -> tuple[list[Finding], ArtifactStats]:
+    """QL001 and QL004 of a `.pt2`, read from its graph JSON (the hardened archive reader)."""
+    from qlint.archive import ArchiveLimits
+
+    graph = StaticGraph(parse_pt2(data, ArchiveLimits.of(config.limits)))
+    make = _Findings(artifact, config)
+    findings: list[Finding] = []
+    chains = scale_chains(graph) if config.enabled("QL001") else []
+    for chain in chains:
+        found = scale_finding(make, graph, chain, config)
+        if found is not None:
+            findings.append(found)
+    if config.enabled("QL004"):
+        findings.extend(requantize_findings(make, graph))
+    ql001 = [f for f in findings if f.code == "QL001"]
+    stats = ArtifactStats(artifact=artifact, nodes=len(graph.order), fp32_islands=len(ql001),
+                          fp32_elements=sum(int(f.details["fp32_elements"]) for f in ql001),
+                          coverage=1.0, lowered=False, static=True)
+    return findings, stats

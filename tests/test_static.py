@@ -1,0 +1,101 @@
+"""The static tier against the full check: the same QL001/QL004 findings on every `.pt2` of the
+test suite, the same identity verdicts bit for bit, and no torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+from examples.zoo import ZOO
+from qlint.config import Config
+from qlint.exact import QParams, island_outputs
+from qlint.static import lint_static
+
+HAND_MADE = [
+    "make_attention", "make_attention_mul", "make_multi_head", "make_pool", "make_constant_first",
+    "make_runtime_divisor", "make_norm", "make_scale", "make_scale_into_concat", "make_half_into_concat",
+    "make_scale_through_reshape", "make_scale_through_transpose", "make_split_island",
+    "make_half_precision_island", "make_per_channel_scale", "make_uniform_vector_scale", "make_scale_chain",
+    "make_masked_attention", "make_causal_attention", "make_conv_hardswish", "make_conv_hardswish_channels_last",
+    "make_clamp", "make_transformer_encoder", "make_mask_input_attention",
+]
+CORPUS = [*HAND_MADE, "make_two_way_transformer", *(f"make_{name}" for name in ZOO)]
+
+
+def key(finding: Any) -> tuple[Any, ...]:
+    """What the two tiers must agree on: code, the nodes (as the .pt2 names them), the constants,
+    both qparams, the identity verdict, the fp32 elements and the source line."""
+    details = finding.details
+    where = (finding.location.path, finding.location.line) if finding.location else None
+    constants = tuple((c["op"], c["value"]) for c in details.get("constants", ()))
+    return (finding.code, tuple(sorted(details["graph_nodes"])), constants,
+            json.dumps(details["input_qparams"], sort_keys=True), json.dumps(details["output_qparams"], sort_keys=True),
+            details["identity"], details.get("fp32_elements"), where)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CORPUS)
+def test_static_findings_equal_the_full_checks(name: str, linted: Callable[..., Any],
+                                               pt2_dir: Callable[[str], Path]) -> None:
+    full = sorted(key(f) for f in linted(name).findings if f.code in ("QL001", "QL004"))
+    static, stats = lint_static(pt2_dir(name).read_bytes(), name, Config())
+    assert sorted(key(f) for f in static) == full
+    assert stats.static and stats.fp32_islands == sum(1 for k in full if k[0] == "QL001")
+
+
+def exact_qparams(qp: Any) -> QParams:
+    return QParams(qp.scale, qp.zero_point, qp.qmin, qp.qmax, qp.dtype_name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CORPUS)
+def test_emulated_float32_equals_torch_on_every_input_integer(name: str, linted: Callable[..., Any]) -> None:
+    """Every constant scale island and requantize pair the full check evaluates with torch, every
+    integer of its input dtype: `qlint.exact` gives the same output integer."""
+    for region in linted(name).analysis.regions:
+        exhaustive = region.exhaustive()
+        if region.code not in ("QL001", "QL004") or exhaustive is None:
+            continue
+        qp_in = exact_qparams(region.qp_in)
+        steps = [(s.op, s.value) for s in region.scale.steps] if region.scale else []
+        for out, by_torch in exhaustive.outputs.items():
+            emulated = island_outputs(qp_in, steps, exact_qparams(region.view.qparams(out)))
+            assert emulated == by_torch.tolist(), (name, region.anchor.name)
+
+
+UNIMPORTABLE = ("torch", "executorch", "torchao", "numpy")
+
+
+def test_static_tier_runs_with_torch_unimportable(tmp_path: Path) -> None:
+    """torch, ExecuTorch, torchao and numpy shadowed by packages that refuse to import."""
+    for name in UNIMPORTABLE:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"raise ImportError('{name} is not importable here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "qlint", *args], capture_output=True, text=True, timeout=120,
+                              cwd=ROOT, env=env)
+
+    assert "torch is not importable here" in run("check", str(ROOT / "examples" / "attention.pt2")).stderr
+    example = ROOT / "examples" / "attention.pt2"
+    result = run("check", "--static", str(example), "--no-cache", "--output-format", "json")
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    [scale, pair] = data["findings"]
+    assert (scale["code"], scale["node"], scale["details"]["identity"]) == ("QL001", "div", True)
+    assert scale["location"]["path"] == "examples/models.py" and scale["location"]["line"] == 30
+    assert scale["details"]["constants"] == [{"name": "_tensor_constant0", "kind": "buffer", "value": 4.0, "op": "div"}]
+    assert (pair["code"], pair["details"]["identity"]) == ("QL004", False)
+    assert "static tier: QL001 and QL004" in result.stderr
+    # What needs lowering is refused with its reason, not silently skipped.
+    refused = run("check", "--static", "--fix", str(example))
+    assert refused.returncode == 2 and "need the full check" in refused.stderr
