@@ -139,7 +139,7 @@ class Scaled(torch.nn.Module):
 PROBE = (
     "import json, sys, multiprocessing.forkserver as fs; from qlint.cli import main; "
     "code = main(sys.argv[1:]); "
-    "print(json.dumps({'code': code, 'torch': 'torch' in sys.modules, "
+    "print('PROBE', json.dumps({'code': code, 'torch': 'torch' in sys.modules, "
     "'child': fs._forkserver._forkserver_pid is not None}), file=sys.stderr)"
 )
 
@@ -160,7 +160,8 @@ def test_target_hook_answers_from_the_cache_unless_an_imported_file_changed(tmp_
             [sys.executable, "-c", PROBE, "check", "--targets-only", "--select", "QL001", "--output-format", "json"],
             cwd=work, env=env, capture_output=True, text=True, timeout=600,
         )
-        probe = json.loads(result.stderr.strip().splitlines()[-1])
+        # Python may warn on stderr after the probe's line (multiprocessing's resource tracker).
+        [probe] = [json.loads(line[6:]) for line in result.stderr.splitlines() if line.startswith("PROBE ")]
         constants = [c["value"] for f in json.loads(result.stdout)["findings"] for c in f["details"]["constants"]]
         return probe, constants
 
