@@ -59,6 +59,7 @@ class StaticNode:
     shape: tuple[int, ...] | None = None
     dtype: str | None = None
     stack_trace: str | None = None
+    outputs: list[str] = field(default_factory=list)   # its output tensors' names (several: split)
     users: list[StaticNode] = field(default_factory=list)
 
     @property
@@ -73,7 +74,13 @@ class StaticNode:
 
     @property
     def refs(self) -> list[str]:
-        return [a.name for a in self.args if isinstance(a, Ref)]
+        """Every tensor it reads, in lists (`cat`) and keyword arguments too."""
+        found = []
+        for arg in [*self.args, *self.kwargs.values()]:
+            for item in arg if isinstance(arg, list) else [arg]:
+                if isinstance(item, Ref):
+                    found.append(item.name)
+        return found
 
 
 @dataclass(frozen=True)
@@ -107,15 +114,27 @@ class StaticGraph:
         for raw in graph["nodes"]:
             node = self._node(raw, tensors)
             if node is not None:
-                self.nodes[node.name] = node
+                for name in (node.name, *node.outputs):  # a tensor is read by its own name
+                    self.nodes.setdefault(name, node)
                 self.order.append(node)
         for node in self.order:
             for name in node.refs:
-                if name in self.nodes:
-                    self.nodes[name].users.append(node)
+                producer = self.nodes.get(name)
+                if producer is not None and node not in producer.users and not node.base.startswith("_assert"):
+                    producer.users.append(node)  # an assertion computes nothing: lowering drops it
         self.payloads = _payloads(archive)
         self.tensors = tensors
-        self._constants: dict[str, Uniform | None | bool] = {}
+        # One pass in graph order, no recursion (a crafted graph may be deep or cyclic): a node is
+        # runtime when an operand is a program input, a runtime node, or not defined before it.
+        self.runtime: set[str] = {name for name, spec in self.placeholders.items() if spec is None}
+        self.values: dict[str, Uniform | None] = {}
+        defined = set(self.placeholders)
+        for node in self.order:
+            if any(r in self.runtime or r not in defined for r in node.refs):
+                self.runtime.update((node.name, *node.outputs))
+            else:
+                self.values[node.name] = _evaluate(self, node)
+            defined.update((node.name, *node.outputs))
 
     def _placeholder(self, spec: Any) -> None:
         if not isinstance(spec, dict) or len(spec) != 1:
@@ -154,19 +173,21 @@ class StaticGraph:
                 args.append(value)
         meta = tensors.get(out["name"]) if out is not None else None
         metadata = raw.get("metadata") or {}
+        names = [o["as_tensor"]["name"] for o in outputs
+                 if isinstance(o, dict) and isinstance(o.get("as_tensor"), dict)]
+        for o in outputs:
+            listed = o.get("as_tensors") if isinstance(o, dict) else None
+            names += [t["name"] for t in listed or [] if isinstance(t, dict) and isinstance(t.get("name"), str)]
         return StaticNode(name, op, args, kwargs, _shape(meta), _dtype(meta),
-                          metadata.get("stack_trace") if isinstance(metadata.get("stack_trace"), str) else None)
+                          metadata.get("stack_trace") if isinstance(metadata.get("stack_trace"), str) else None,
+                          [n for n in names if isinstance(n, str)])
 
     # -- constants ------------------------------------------------------------------------
 
     def is_runtime(self, arg: Any) -> bool:
-        """An operand computed from the program's inputs."""
-        if not isinstance(arg, Ref):
-            return False
-        if arg.name in self.placeholders:
-            return self.placeholders[arg.name] is None
-        node = self.nodes.get(arg.name)
-        return node is None or any(self.is_runtime(Ref(r)) for r in node.refs)
+        """An operand computed from the program's inputs (or one the graph never defines)."""
+        return isinstance(arg, Ref) and (arg.name in self.runtime or arg.name not in self.nodes
+                                         and arg.name not in self.placeholders)
 
     def constant(self, arg: Any) -> StaticConstant | None:
         """The constant behind an operand: a literal, a lifted tensor, or one computed from those."""
@@ -200,11 +221,7 @@ class StaticGraph:
 
     def value(self, node: StaticNode) -> Uniform | None:
         """The one value a node computed from constants holds, from its literal arguments."""
-        if node.name not in self._constants:
-            self._constants[node.name] = False  # a cycle in a crafted graph ends here
-            self._constants[node.name] = _evaluate(self, node)
-        found = self._constants[node.name]
-        return found if isinstance(found, Uniform) else None
+        return self.values.get(node.name)
 
     def operand(self, arg: Any) -> Uniform | None:
         constant = self.constant(arg)
@@ -341,8 +358,9 @@ class ScaleChain:
     outputs: list[StaticNode]                 # the quantize nodes it ends in
 
 
-def _chain(graph: StaticGraph, start: StaticNode) -> ScaleChain | None:
-    """The constant scale island through `start`, an affine op with one constant operand."""
+def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleChain | None:
+    """The constant scale island through `start`, an affine op with one constant operand; None
+    where the full check would call the island QL002 (`analysis.classify`)."""
     dq_side = _runtime_operand(graph, start)
     if dq_side is None or _quantized_constant(graph, start, dq_side):
         return None
@@ -377,6 +395,8 @@ def _chain(graph: StaticGraph, start: StaticNode) -> ScaleChain | None:
             return None  # a constant-first division is no scale
         if node.base in SCALE_OPS and (constant.value.value == 0.0 or not math.isfinite(constant.value.value)):
             return None
+        if node.base in SCALE_OPS and constant.numel > max_elements:
+            return None  # a per-channel constant, even when all its channels hold one value
         steps.append((node, node.base, constant, constant.value.value))
     if not current.users:
         return None
@@ -399,13 +419,13 @@ def _quantized_constant(graph: StaticGraph, node: StaticNode, runtime: Ref) -> b
     return isinstance(other, Ref) and other.name in graph.nodes and graph.nodes[other.name].op == DQ
 
 
-def scale_chains(graph: StaticGraph) -> list[ScaleChain]:
+def scale_chains(graph: StaticGraph, max_elements: int = 1) -> list[ScaleChain]:
     seen: set[str] = set()
     chains = []
     for node in graph.order:
         if node.name in seen or node.base not in SCALE_OPS | OFFSET_OPS or node.op.startswith("quantized"):
             continue
-        chain = _chain(graph, node)
+        chain = _chain(graph, node, max_elements)
         if chain is None or not any(s[1] in SCALE_OPS for s in chain.steps):
             continue
         seen.update(n.name for n in chain.nodes)
@@ -476,11 +496,18 @@ def _constant_text(constant: StaticConstant) -> str:
         f"{value} ({constant.kind}, all {constant.numel} elements)"
 
 
+def _past_casts(node: StaticNode) -> StaticNode:
+    """`node`, or the op after a chain of float32 -> float32 casts from it: `to_edge` drops those."""
+    while node.base in _CASTS - {"clone"} and node.dtype == "float32" and len(node.users) == 1:
+        node = node.users[0]
+    return node
+
+
 def requantize_findings(make: _Findings, graph: StaticGraph) -> Iterator[Finding]:
     for dq in graph.order:
         if dq.op != DQ or not dq.refs or not graph.is_runtime(Ref(dq.refs[0])):
             continue
-        for q in dq.users:
+        for q in [_past_casts(user) for user in dq.users]:
             qp_in, qp_out = qparams(dq), qparams(q)
             if q.op != Q or qp_in is None or qp_out is None:
                 continue
@@ -501,7 +528,7 @@ def lint_static(data: bytes, artifact: str, config: Config) -> tuple[list[Findin
     graph = StaticGraph(parse_pt2(data, ArchiveLimits.of(config.limits)))
     make = _Findings(artifact, config)
     findings: list[Finding] = []
-    chains = scale_chains(graph) if config.enabled("QL001") else []
+    chains = scale_chains(graph, config.fold.max_elements) if config.enabled("QL001") else []
     for chain in chains:
         found = scale_finding(make, graph, chain, config)
         if found is not None:

@@ -99,3 +99,27 @@ def test_static_tier_runs_with_torch_unimportable(tmp_path: Path) -> None:
     # What needs lowering is refused with its reason, not silently skipped.
     refused = run("check", "--static", "--fix", str(example))
     assert refused.returncode == 2 and "need the full check" in refused.stderr
+
+
+def test_a_deep_or_cyclic_graph_is_read_without_recursion() -> None:
+    """A crafted program: 50,000 chained `neg` nodes, then two nodes that name each other."""
+    import zipfile
+
+    from qlint.archive import write_zip
+
+    with zipfile.ZipFile(ROOT / "examples" / "attention.pt2") as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    [model] = [name for name in entries if name.endswith("models/model.json")]
+    program = json.loads(entries[model])
+    nodes = program["graph_module"]["graph"]["nodes"]
+
+    def neg(name: str, source: str) -> dict[str, Any]:
+        return {"target": "torch.ops.aten.neg.default", "name": name, "metadata": {},
+                "inputs": [{"name": "self", "arg": {"as_tensor": {"name": source}}, "kind": 1}],
+                "outputs": [{"as_tensor": {"name": name}}]}
+
+    chain = [neg(f"n{i}", f"n{i - 1}" if i else "b__tensor_constant0") for i in range(50_000)]
+    nodes[:0] = [*chain, neg("loop_a", "loop_b"), neg("loop_b", "loop_a")]
+    entries[model] = json.dumps(program).encode()
+    findings, stats = lint_static(write_zip(entries), "crafted.pt2", Config())
+    assert [f.code for f in findings] == ["QL001", "QL004"] and stats.nodes == len(nodes)
