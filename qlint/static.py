@@ -19,11 +19,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from qlint.archive import Pt2Archive, parse_pt2
+from qlint.archive import MODEL, Pt2Archive, parse_pt2
 from qlint.config import Config, ConstantKind
 from qlint.exact import INT_RANGES, QParams, binary, dequantize, is_identity, quantize
 from qlint.findings import ArtifactStats, Finding, Location
 from qlint.guards import blocked_guards
+from qlint.inputs import ReadError
 from qlint.source import locate
 
 RULES = ("QL001", "QL004")
@@ -341,7 +342,9 @@ def _evaluate(graph: StaticGraph, node: StaticNode) -> Uniform | None:
 def qparams(node: StaticNode) -> QParams | None:
     """The literal qparams of a per-tensor quantize or dequantize node."""
     args = node.args[1:6]
-    if len(args) != 5 or not isinstance(args[0], float | int) or not all(isinstance(a, int) for a in args[1:3]):
+    if len(args) != 5 or isinstance(args[0], bool) or not isinstance(args[0], float | int) or not all(
+        isinstance(a, int) and not isinstance(a, bool) for a in args[1:4]
+    ) or not args[0] > 0 or not math.isfinite(args[0]):
         return None
     dtype = args[4][1] if isinstance(args[4], tuple) else None
     name = _SCALARS[dtype][1] if isinstance(dtype, int) and dtype in _SCALARS else ""
@@ -525,16 +528,22 @@ def lint_static(data: bytes, artifact: str, config: Config) -> tuple[list[Findin
     """QL001 and QL004 of a `.pt2`, read from its graph JSON (the hardened archive reader)."""
     from qlint.archive import ArchiveLimits
 
-    graph = StaticGraph(parse_pt2(data, ArchiveLimits.of(config.limits)))
-    make = _Findings(artifact, config)
-    findings: list[Finding] = []
-    chains = scale_chains(graph, config.fold.max_elements) if config.enabled("QL001") else []
-    for chain in chains:
-        found = scale_finding(make, graph, chain, config)
-        if found is not None:
-            findings.append(found)
-    if config.enabled("QL004"):
-        findings.extend(requantize_findings(make, graph))
+    archive = parse_pt2(data, ArchiveLimits.of(config.limits))
+    # The archive reader checked the program's shape, not every field's type: a crafted field
+    # that breaks the reading is a corrupt file, reported in one line.
+    try:
+        graph = StaticGraph(archive)
+        make = _Findings(artifact, config)
+        findings: list[Finding] = []
+        chains = scale_chains(graph, config.fold.max_elements) if config.enabled("QL001") else []
+        for chain in chains:
+            found = scale_finding(make, graph, chain, config)
+            if found is not None:
+                findings.append(found)
+        if config.enabled("QL004"):
+            findings.extend(requantize_findings(make, graph))
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError, struct.error) as exc:
+        raise ReadError(f"corrupt {MODEL}: {type(exc).__name__} while reading its graph") from None
     ql001 = [f for f in findings if f.code == "QL001"]
     stats = ArtifactStats(artifact=artifact, nodes=len(graph.order), fp32_islands=len(ql001),
                           fp32_elements=sum(int(f.details["fp32_elements"]) for f in ql001),

@@ -123,3 +123,40 @@ def test_a_deep_or_cyclic_graph_is_read_without_recursion() -> None:
     entries[model] = json.dumps(program).encode()
     findings, stats = lint_static(write_zip(entries), "crafted.pt2", Config())
     assert [f.code for f in findings] == ["QL001", "QL004"] and stats.nodes == len(nodes)
+
+
+def test_a_mangled_graph_is_a_read_error_never_a_crash() -> None:
+    """Seeded mutations of the example's program JSON: every field of every node replaced by a
+    value of another type. The static tier answers or says the file is corrupt."""
+    import random
+    import zipfile
+
+    from qlint.archive import write_zip
+    from qlint.inputs import ReadError
+
+    with zipfile.ZipFile(ROOT / "examples" / "attention.pt2") as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    [model] = [name for name in entries if name.endswith("models/model.json")]
+    original = json.loads(entries[model])
+    rng = random.Random(0)
+    odd = [None, 7, -1.5, "x", [], {}, [None], {"as_tensor": 3}, {"as_tensor": {"name": "nowhere"}}, True]
+    outcomes = {"answered": 0, "refused": 0}
+    for _ in range(300):
+        program = json.loads(json.dumps(original))
+        for _ in range(3):
+            node = rng.choice(program["graph_module"]["graph"]["nodes"])
+            field = rng.choice(["inputs", "outputs", "metadata", "name"])
+            inputs = node.get("inputs")
+            if field == "inputs" and isinstance(inputs, list) and inputs and rng.random() < 0.7:
+                item = inputs[rng.randrange(len(inputs))]
+                if isinstance(item, dict):
+                    item["arg"] = rng.choice(odd)
+            else:
+                node[field] = rng.choice(odd)
+        entries[model] = json.dumps(program).encode()
+        try:
+            lint_static(write_zip(entries), "mangled.pt2", Config())
+            outcomes["answered"] += 1
+        except ReadError:
+            outcomes["refused"] += 1
+    assert outcomes["answered"] and outcomes["refused"]
