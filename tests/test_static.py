@@ -160,3 +160,22 @@ def test_a_mangled_graph_is_a_read_error_never_a_crash() -> None:
         except ReadError:
             outcomes["refused"] += 1
     assert outcomes["answered"] and outcomes["refused"]
+
+
+def test_a_full_check_baseline_serves_the_static_tier_and_static_results_are_cached(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conftest import run_cli
+
+    example = str(ROOT / "examples" / "attention.pt2")
+    baseline = tmp_path / "baseline.json"
+    assert run_cli(["check", example, "--write-baseline", str(baseline)], capsys)[0] == 0
+    code, out, err = run_cli(["check", "--static", example, "--baseline", str(baseline), "--output-format", "json"],
+                             capsys)
+    assert (code, json.loads(out)["findings"]) == (0, [])  # QL001 and QL004 are in the baseline
+    cached = ["check", "--static", example, "--cache-dir", str(tmp_path / "cache"), "--output-format", "json"]
+    first = run_cli(cached, capsys)
+    assert len(list((tmp_path / "cache").rglob("*.json"))) == 1
+    assert run_cli(cached, capsys)[:2] == first[:2]
+    [row] = json.loads(first[1])["artifacts"]
+    assert row["static"] is True and row["lowered"] is False
