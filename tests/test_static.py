@@ -27,7 +27,8 @@ HAND_MADE = [
     "make_masked_attention", "make_causal_attention", "make_conv_hardswish", "make_conv_hardswish_channels_last",
     "make_clamp", "make_transformer_encoder", "make_mask_input_attention",
 ]
-CORPUS = [*HAND_MADE, "make_two_way_transformer", *(f"make_{name}" for name in ZOO)]
+# The hand-made cases, then the zoo (SAM's TwoWayTransformer among them), each once.
+CORPUS = list(dict.fromkeys([*HAND_MADE, *(f"make_{name}" for name in ZOO)]))
 
 
 def key(finding: Any) -> tuple[Any, ...]:
