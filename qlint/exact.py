@@ -15,6 +15,7 @@ import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 _F32 = struct.Struct("<f")
 # Integer dtypes a quantized tensor may have: name -> (min, max).
@@ -61,8 +62,13 @@ class QParams:
     def dtype_name(self) -> str:
         return self.dtype
 
-    def __str__(self) -> str:  # the full check's QParams prints the same
-        return f"{self.dtype}(scale={self.scale:.6g}, zp={self.zero_point}, range=[{self.qmin}, {self.qmax}])"
+    def __str__(self) -> str:
+        return qparams_text(self)
+
+
+def qparams_text(qp: Any) -> str:
+    """How a finding prints qparams, the same in both tiers: `int8(scale=0.1, zp=-7, range=[-128, 127])`."""
+    return f"{qp.dtype_name}(scale={qp.scale:.6g}, zp={qp.zero_point}, range=[{qp.qmin}, {qp.qmax}])"
 
 
 def dequantize(q: int, qp: QParams) -> float:

@@ -72,7 +72,9 @@ class QParams:
         return str(self.dtype).removeprefix("torch.")
 
     def __str__(self) -> str:
-        return f"{self.dtype_name}(scale={self.scale:.6g}, zp={self.zero_point}, range=[{self.qmin}, {self.qmax}])"
+        from qlint.exact import qparams_text
+
+        return qparams_text(self)
 
 
 @dataclass(frozen=True)
