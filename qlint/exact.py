@@ -15,6 +15,7 @@ import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 _F32 = struct.Struct("<f")
@@ -86,26 +87,34 @@ def quantize(x: float, qp: QParams) -> int:
     return int(min(max(shifted, qp.qmin), qp.qmax))
 
 
+def _output(q: int, qp_in: QParams, steps: Sequence[tuple[str, float]], qp_out: QParams) -> int:
+    x = dequantize(q, qp_in)
+    for op, constant in steps:
+        x = binary(op, x, constant)
+    return quantize(x, qp_out)
+
+
 def island_outputs(qp_in: QParams, steps: Sequence[tuple[str, float]], qp_out: QParams) -> list[int]:
     """The output integer for every integer of the input dtype. A step is `x op c` (for add and
     mul a constant first operand gives the same float32 result: IEEE `+` and `*` commute)."""
     low, high = INT_RANGES[qp_in.dtype]
-    outputs = []
-    for q in range(low, high + 1):
-        x = dequantize(q, qp_in)
-        for op, constant in steps:
-            x = binary(op, x, constant)
-        outputs.append(quantize(x, qp_out))
-    return outputs
+    return [_output(q, qp_in, steps, qp_out) for q in range(low, high + 1)]
 
 
-def is_identity(qp_in: QParams, steps: Sequence[tuple[str, float]], qp_out: QParams) -> bool:
-    """quantize(f(dequantize(q))) == q for every q the input's producer can emit ([qmin, qmax])."""
+@lru_cache(maxsize=4096)
+def is_identity(qp_in: QParams, steps: tuple[tuple[str, float], ...], qp_out: QParams) -> bool:
+    """quantize(f(dequantize(q))) == q for every q the input's producer can emit ([qmin, qmax]),
+    and no NaN reaches the quantize for any integer of the dtype. Stops at the first integer that
+    comes out changed; islands with the same qparams and constants are decided once."""
     if qp_out.dtype != qp_in.dtype:
         return False
-    low, _ = INT_RANGES[qp_in.dtype]
+    low, high = INT_RANGES[qp_in.dtype]
     try:
-        outputs = island_outputs(qp_in, steps, qp_out)
+        if any(_output(q, qp_in, steps, qp_out) != q for q in range(qp_in.qmin, qp_in.qmax + 1)):
+            return False
+        outside = [*range(low, qp_in.qmin), *range(qp_in.qmax + 1, high + 1)]
+        for q in outside:
+            _output(q, qp_in, steps, qp_out)
     except ValueError:
         return False
-    return all(outputs[q - low] == q for q in range(qp_in.qmin, qp_in.qmax + 1))
+    return True

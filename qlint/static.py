@@ -125,6 +125,7 @@ class StaticGraph:
                     producer.users.append(node)  # an assertion computes nothing: lowering drops it
         self.payloads = _payloads(archive)
         self.tensors = tensors
+        self._uniform: dict[str, Uniform | None] = {}
         # One pass in graph order, no recursion (a crafted graph may be deep or cyclic): a node is
         # runtime when an operand is a program input, a runtime node, or not defined before it.
         self.runtime: set[str] = {name for name, spec in self.placeholders.items() if spec is None}
@@ -204,6 +205,13 @@ class StaticGraph:
         return StaticConstant(node.name, ConstantKind.COMPUTED, node.numel, self.value(node))
 
     def _lifted(self, fqn: str, meta: Any) -> Uniform | None:
+        """A lifted tensor's one value, read once per tensor, stopping at the first element that
+        differs (a weight differs at its second)."""
+        if fqn not in self._uniform:
+            self._uniform[fqn] = self._read_uniform(fqn, meta)
+        return self._uniform[fqn]
+
+    def _read_uniform(self, fqn: str, meta: Any) -> Uniform | None:
         payload = self.payloads.get(fqn)
         dtype = _scalar(meta)
         if payload is None or dtype is None or len(payload) > _MAX_CONSTANT_BYTES:
@@ -211,14 +219,11 @@ class StaticGraph:
         fmt, name = dtype
         size = struct.calcsize(fmt)
         offset = _int(meta.get("storage_offset")) * size
-        values = [v for (v,) in struct.iter_unpack(f"<{fmt}", payload[offset: offset + (len(payload) - offset)
-                                                                          // size * size])]
-        numel = math.prod(_shape(meta) or ())
-        if not values or len(values) < min(numel, 1):
+        values = struct.iter_unpack(f"<{fmt}", payload[offset: offset + (len(payload) - offset) // size * size])
+        first = next(values, None)
+        if first is None or (isinstance(first[0], float) and math.isnan(first[0])):
             return None
-        first = values[0]
-        same = all(v == first for v in values) if not (isinstance(first, float) and math.isnan(first)) else False
-        return Uniform(float(first), name) if same else None
+        return Uniform(float(first[0]), name) if all(v == first for v in values) else None
 
     def value(self, node: StaticNode) -> Uniform | None:
         """The one value a node computed from constants holds, from its literal arguments."""
@@ -390,7 +395,7 @@ def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleCha
     for node in nodes:
         if node.base in SHAPE_OPS:
             continue
-        operand = next(a for a in node.args[:2] if not graph.is_runtime(a) or not isinstance(a, Ref))
+        operand = next(a for a in node.args[:2] if not graph.is_runtime(a))
         constant = graph.constant(operand)
         if constant is None or constant.value is None or node.kwargs.get("alpha", 1) != 1:
             return None
@@ -440,9 +445,27 @@ def _qp_dict(qp: QParams) -> dict[str, Any]:
     return {"scale": qp.scale, "zero_point": qp.zero_point, "qmin": qp.qmin, "qmax": qp.qmax, "dtype": qp.dtype}
 
 
+# Integers the identity verdicts of one program may evaluate in emulated float32 (~10 s): a crafted
+# program of thousands of distinct int16 pairs would otherwise keep the in-process tier busy for hours.
+MAX_EVALUATED_INTEGERS = 1 << 23
+
+
 class _Findings:
     def __init__(self, artifact: str, config: Config) -> None:
         self.artifact, self.config = artifact, config
+        self.decided: set[tuple[QParams, tuple[tuple[str, float], ...], QParams]] = set()
+        self.evaluated = 0  # input integers the distinct verdicts so far cost
+
+    def identity(self, qp_in: QParams, steps: tuple[tuple[str, float], ...], qp_out: QParams) -> bool:
+        """`exact.is_identity`, within the program's evaluation budget (a ReadError past it)."""
+        if (qp_in, steps, qp_out) not in self.decided:
+            self.decided.add((qp_in, steps, qp_out))
+            low, high = INT_RANGES[qp_in.dtype]
+            self.evaluated += high - low + 1
+            if self.evaluated > MAX_EVALUATED_INTEGERS:
+                raise ReadError(f"more distinct islands than the static tier evaluates ({MAX_EVALUATED_INTEGERS} "
+                                "input integers in all); use the full check")
+        return is_identity(qp_in, steps, qp_out)
 
     def location(self, *nodes: StaticNode) -> Location | None:
         for node in nodes:
@@ -462,8 +485,8 @@ def scale_finding(make: _Findings, graph: StaticGraph, chain: ScaleChain, config
     if qp_in is None or len(outs) != 1 or None in outs:
         return None
     qp_out: QParams = outs.pop()  # type: ignore[assignment]
-    steps = [(op, value) for _, op, _, value in chain.steps]
-    identity = is_identity(qp_in, steps, qp_out)
+    steps = tuple((op, value) for _, op, _, value in chain.steps)
+    identity = make.identity(qp_in, steps, qp_out)
     symbols = {"div": "/", "mul": "*", "add": "+", "sub": "-"}
     scale_text = " ".join(f"{symbols[op]} {_constant_text(c)}" for _, op, c, _ in chain.steps)
     ident = f"{'already an exact' if identity else 'not an'} identity on {qp_in.dtype} values"
@@ -514,7 +537,7 @@ def requantize_findings(make: _Findings, graph: StaticGraph) -> Iterator[Finding
             qp_in, qp_out = qparams(dq), qparams(q)
             if q.op != Q or qp_in is None or qp_out is None:
                 continue
-            identity = is_identity(qp_in, [], qp_out)
+            identity = make.identity(qp_in, (), qp_out)
             kind = "an identity" if identity else "a rescale"
             producer = [graph.nodes[r] for r in dq.refs if r in graph.nodes]
             yield make.make(

@@ -180,3 +180,32 @@ def test_a_full_check_baseline_serves_the_static_tier_and_static_results_are_cac
     assert run_cli(cached, capsys)[:2] == first[:2]
     [row] = json.loads(first[1])["artifacts"]
     assert row["static"] is True and row["lowered"] is False
+
+
+def test_too_many_distinct_int16_verdicts_are_refused_not_ground_through() -> None:
+    """A crafted program of 200 int16 requantize pairs, each with its own scale: 13 million
+    emulated integers. The static tier says so in one line instead of running for minutes."""
+    import zipfile
+
+    from qlint.archive import write_zip
+    from qlint.inputs import ReadError
+
+    with zipfile.ZipFile(ROOT / "examples" / "attention.pt2") as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    [model] = [name for name in entries if name.endswith("models/model.json")]
+    program = json.loads(entries[model])
+
+    def qdq(target: str, name: str, source: str, scale: float) -> dict[str, Any]:
+        literal = [("scale", {"as_float": scale}), ("zero_point", {"as_int": 0}), ("quant_min", {"as_int": -32768}),
+                   ("quant_max", {"as_int": 32767}), ("dtype", {"as_scalar_type": 3})]
+        inputs = [{"name": "input", "arg": {"as_tensor": {"name": source}}, "kind": 1},
+                  *({"name": key, "arg": arg, "kind": 1} for key, arg in literal)]
+        return {"target": f"torch.ops.quantized_decomposed.{target}.default", "name": name, "metadata": {},
+                "inputs": inputs, "outputs": [{"as_tensor": {"name": name}}]}
+
+    for i in range(200):
+        program["graph_module"]["graph"]["nodes"] += [qdq("dequantize_per_tensor", f"d{i}", "q", 0.001 * (i + 1)),
+                                                      qdq("quantize_per_tensor", f"r{i}", f"d{i}", 0.0015 * (i + 1))]
+    entries[model] = json.dumps(program).encode()
+    with pytest.raises(ReadError, match="more distinct islands than the static tier evaluates"):
+        lint_static(write_zip(entries), "crafted.pt2", Config())
