@@ -21,7 +21,7 @@ from qlint.findings import AppliedFold, ArtifactStats, Finding, FixSummary, Left
 from qlint.folds import Fold, FoldKind
 from qlint.graph_view import GraphView, Kind, constant_inputs, input_node, output_dtype
 from qlint.islands import requantize_pairs
-from qlint.memory import live_bytes, live_peak
+from qlint.memory import plan_memory
 from qlint.options import RunOptions
 
 
@@ -169,8 +169,7 @@ def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
         ) from None
     plan_ = executorch.executorch_program.execution_plan[0]
     graph_module = executorch.exported_program().graph_module
-    timeline = live_bytes(graph_module)
-    peak = live_peak(graph_module, root, timeline)
+    timeline, peak = plan_memory(graph_module, root)
     return Serialized(executorch.buffer, int(sum(plan_.non_const_buffer_sizes)), peak, timeline)
 
 

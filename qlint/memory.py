@@ -86,10 +86,6 @@ def timeline(buffers: list[Buffer]) -> MemoryTimeline | None:
     return MemoryTimeline(tuple(total), tuple(fp32))
 
 
-def live_bytes(graph_module: GraphModule) -> MemoryTimeline | None:
-    return timeline(planned_buffers(graph_module))
-
-
 def peak_of(buffers: list[Buffer], series: MemoryTimeline, node: str, location: str | None = None) -> LivePeak:
     """The live peak (the first step holding the most bytes) of a timeline; `node` runs there."""
     step = peak_step(series)
@@ -107,12 +103,18 @@ def peak_step(series: MemoryTimeline) -> int:
     return series.total.index(max(series.total))
 
 
-def live_peak(graph_module: GraphModule, root: Path, series: MemoryTimeline | None = None) -> LivePeak | None:
-    """The live peak of a lowered program's plan, with the operator that runs there and its source line."""
+def plan_memory(graph_module: GraphModule, root: Path) -> tuple[MemoryTimeline | None, LivePeak | None]:
+    """A lowered program's live bytes at every step and its live peak, with the operator that runs
+    there and its source line (the plan's buffers read once for both)."""
     buffers = planned_buffers(graph_module)
-    series = series or timeline(buffers)
+    series = timeline(buffers)
     if series is None:
-        return None
+        return None, None
     node = _operator_at(graph_module, peak_step(series))
     where = locate(node.meta.get("stack_trace"), root) if node is not None else None
-    return peak_of(buffers, series, node.name if node is not None else "<inputs>", str(where) if where else None)
+    peak = peak_of(buffers, series, node.name if node is not None else "<inputs>", str(where) if where else None)
+    return series, peak
+
+
+def live_peak(graph_module: GraphModule, root: Path) -> LivePeak | None:
+    return plan_memory(graph_module, root)[1]
