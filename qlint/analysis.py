@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -22,6 +23,7 @@ from qlint.evaluate import evaluate, input_domain, not_per_integer, runtime_inpu
 from qlint.graph_view import Constant, GraphView, Kind, QParams, base_name, op_name
 from qlint.guards import blocked_guards
 from qlint.islands import Island, find_islands, requantize_pairs
+from qlint.source import locate
 
 SCALE_OPS = {"div", "mul"}
 OFFSET_OPS = {"add", "sub"}   # of a uniform constant: an attention mask that masks nothing, a bias
@@ -148,17 +150,17 @@ def _is_runtime(view: GraphView, arg: Any, inside: set[Node]) -> bool:
     return isinstance(arg, Node) and (arg in inside or not view.is_constant(arg))
 
 
-def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland | str:
+def classify(view: GraphView, island: Island, max_elements: int, root: Path = Path(".")) -> ScaleIsland | str:
     """A ScaleIsland (constant scales, and offsets by a uniform constant), or the reason the
-    island is not one."""
+    island is not one: the causes of the ops that are no scale first (an LSTM's gates are why it
+    is fp32, not the constant its add reads), then the first scale or offset that is not constant."""
     bases = [base_name(op_name(n)) for n in island.compute]
     norm = sorted({op_name(n) for n, b in zip(island.compute, bases, strict=True) if b in NORMALIZATION_OPS})
     affine = SCALE_OPS | OFFSET_OPS
-    other = sorted({op_name(n) for n, b in zip(island.compute, bases, strict=True) if b not in affine})
+    other = [n for n, b in zip(island.compute, bases, strict=True) if b not in affine | NORMALIZATION_OPS]
     if norm:
         # Other ops in the same island (a stem convolution before a LayerNorm) keep their own cause.
-        rest = [n for n, b in zip(island.compute, bases, strict=True) if b not in NORMALIZATION_OPS | affine]
-        named = [str(c) for c in causes(rest, view.as_quantized)]
+        named = [str(c) for c in causes(other, view.as_quantized)]
         return "; ".join([f"data-dependent normalization ({', '.join(norm)})", *named])
     dq = runtime_input(view, island)
     inside = set(island.nodes)
@@ -166,12 +168,12 @@ def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland 
     for node, base in zip(island.compute, bases, strict=True):
         if base not in affine:
             continue
-        step = _step(view, node, base, inside, max_elements)
+        step = _step(view, node, base, inside, max_elements, root)
         if isinstance(step, str):
-            return step
+            return "; ".join([*(str(c) for c in causes(other, view.as_quantized)), step])
         steps.append(step)
     if other:
-        return "; ".join(str(c) for c in causes([n for n in island.compute if op_name(n) in other], view.as_quantized))
+        return "; ".join(str(c) for c in causes(other, view.as_quantized))
     if dq is None:
         return "more than one runtime input, or an input that is not dequantized"
     outs = [o for o in island.outputs if view.kind(o) == Kind.QUANTIZE]
@@ -182,22 +184,66 @@ def classify(view: GraphView, island: Island, max_elements: int) -> ScaleIsland 
     return ScaleIsland(island, dq, steps, qp_in, cast(QParams, qps_out.pop()))
 
 
-def _runtime_operand(view: GraphView, node: Node, outside: list[Node]) -> str:
+def _origin(view: GraphView, node: Node) -> Node:
+    """What a value is before quantize, dequantize and data movement: the input, constant or op the user wrote."""
+    seen = 0
+    while view.kind(node) in (Kind.QUANTIZE, Kind.DEQUANTIZE, Kind.SHAPE) and node.args and seen < 10_000:
+        source = node.args[0]
+        if not isinstance(source, Node):
+            break
+        node, seen = source, seen + 1
+    return node
+
+
+def _program_inputs(view: GraphView, node: Node, limit: int = 10_000) -> list[str]:
+    """The runtime inputs a computed value depends on, in graph order (walked once, at most `limit` nodes)."""
+    found, stack, seen = set(), [node], {node}
+    while stack and len(seen) < limit:
+        current = stack.pop()
+        if current.op == "placeholder" and view.kind(current) == Kind.INPUT:
+            found.add(current)
+        for arg in current.all_input_nodes:
+            if arg not in seen:
+                seen.add(arg)
+                stack.append(arg)
+    return [n.name for n in view.nodes if n in found]
+
+
+def operand_name(view: GraphView, node: Node, root: Path) -> str:
+    """A runtime operand as the user knows it: a program input by its name and shape, a parameter or
+    buffer by its module path, a computed value by its op, its source line and the inputs it comes from."""
+    origin = _origin(view, node)
+    value = origin.meta.get("val")
+    shape = f" {list(value.shape)}" if isinstance(value, torch.Tensor) else ""
+    if origin.op == "placeholder":
+        constant = view.constant(origin)
+        if view.kind(origin) == Kind.INPUT or constant is None:
+            return f"input `{origin.name}`{shape}"
+        return f"{constant.kind} `{constant.name}`{shape}"
+    where = locate(origin.meta.get("stack_trace"), root)
+    inputs = _program_inputs(view, origin)
+    text = f"{op_name(origin)}{shape}" + (f" at {where}" if where else "")
+    return text + (f", computed from input {', '.join(f'`{n}`' for n in inputs)}" if inputs else "")
+
+
+def _runtime_operand(view: GraphView, node: Node, outside: list[Node], root: Path) -> str:
     """Why a second runtime operand keeps `node` in fp32: the operand (a float graph input named
     as such), and what CortexMQuantizer's own check said about the op."""
     inputs = [a for a in outside if view.kind(a) == Kind.INPUT]
     operand = inputs[0] if inputs else cast(Node, node.args[1])
     unquantized = ", an fp32 graph input that was never quantized" if inputs else ""
-    cause = cause_of(node, view.as_quantized)
-    return f"runtime (non-constant) operand {operand.name} of {op_name(node)}{unquantized}; {cause}"
+    name, cause = operand_name(view, operand, root), cause_of(node, view.as_quantized)
+    return f"runtime (non-constant) operand {name} of {op_name(node)}{unquantized}; {cause}"
 
 
-def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_elements: int) -> ScaleStep | str:
+def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_elements: int,
+          root: Path) -> ScaleStep | str:
     """One `x op c` of a scale island, or why the op is not one."""
     lhs, rhs = node.args[0], node.args[1]
     lhs_runtime, rhs_runtime = _is_runtime(view, lhs, inside), _is_runtime(view, rhs, inside)
     if lhs_runtime and rhs_runtime:
-        return _runtime_operand(view, node, [a for a in (lhs, rhs) if isinstance(a, Node) and a not in inside])
+        return _runtime_operand(view, node, [a for a in (lhs, rhs) if isinstance(a, Node) and a not in inside],
+                                root)
     if base in ("div", "sub") and rhs_runtime:
         return f"constant-first operand ({op_name(node)} of a constant by the activation)"
     if node.kwargs.get("alpha", 1) != 1:
@@ -205,7 +251,7 @@ def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_element
     operand = rhs if lhs_runtime else lhs
     constant = view.constant(operand)
     if constant is None:
-        name = operand.name if isinstance(operand, Node) else repr(operand)
+        name = operand_name(view, operand, root) if isinstance(operand, Node) else repr(operand)
         return f"runtime (non-constant) operand {name} of {op_name(node)}"
     value = constant.scalar()
     if base in OFFSET_OPS:
@@ -227,7 +273,7 @@ def _island_region(
     view: GraphView, island: Island, config: Config, evaluations: Evaluations
 ) -> Region:
     dq = runtime_input(view, island)
-    result = classify(view, island, config.fold.max_elements)
+    result = classify(view, island, config.fold.max_elements, config.root)
     if isinstance(result, ScaleIsland):
         kinds = [s.constant.kind for s in result.steps]
         blocked = blocked_guards(config.fold, result.qp_in, kinds, result.qp_out)

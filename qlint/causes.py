@@ -2,11 +2,14 @@
 
 "The backend does not lower aten.convolution" sends a user the wrong way when
 the backend lowers every channels_last conv2d and the quantizer only refused
-this one's memory format. So for an fp32 op qlint looks up the quantizer
-patterns that start with it (`CORTEX_M_QUANTIZER_SUPPORT_DICT`) and runs their
-own checkers on the node's recorded tensor metadata: no pattern, a pattern that
-refused it (and the export change that satisfies the checker), or a pattern
-that accepts it.
+this one's memory format. So for an fp32 op qlint takes the op the quantizer saw
+(lowering decomposes: `F.relu6` reaches the quantizer as `relu6`, `nn.LSTM` as
+`lstm`), looks up the patterns that start with it
+(`CORTEX_M_QUANTIZER_SUPPORT_DICT`), runs their own checkers on the node as the
+quantizer saw it and names each condition that failed (`qlint.conditions`): no
+pattern, a pattern that refused it (the failed conditions with their values, and
+the change that meets them or that none does), or a pattern that accepts it (and
+what the lowering then required).
 """
 
 from __future__ import annotations
@@ -18,27 +21,8 @@ from typing import Any
 
 from torch.fx import Node
 
+from qlint import conditions
 from qlint.graph_view import base_name, op_name, output_value
-
-CHANNELS_LAST = ("export with model.to(memory_format=torch.channels_last) and channels_last example inputs "
-                 "(for a config target: the channels-last remedy, qlint fix --unsafe-fixes)")
-# What each checker requires, in words, and the change in the export code that meets it.
-_CHECKERS = {
-    "CortexMConv2DCheck": ("channels_last tensors", CHANNELS_LAST),
-    "CortexMConvTranspose2DCheck": ("channels_last tensors", CHANNELS_LAST),
-    "CortexMAvgPool2DCheck": ("channels_last tensors", CHANNELS_LAST),
-    "CortexMMaxPool2DCheck": ("channels_last tensors", CHANNELS_LAST),
-    "CortexMSoftmaxCheck": (
-        "a softmax over the last dimension of a contiguous tensor, or over the channels of a tensor whose "
-        "strides read as channels_last (as any [N, C, 1, 1] tensor's do)",
-        "",
-    ),
-    "CortexMAddMulCheck": (
-        "operands of one shape, or a per-channel broadcast on channels_last tensors",
-        "expand the smaller operand to the other's shape (a per-channel [N, C, 1, 1] operand may "
-        "instead stay as it is with a channels_last export)",
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -115,11 +99,12 @@ def _fused_with(node: Node, wanted: str) -> Node | None:
 def cause_of(node: Node, as_quantized: Callable[[Node], Node] = lambda n: n) -> Cause:
     """Why `node` is fp32 after lowering, as far as the quantizer's own checks tell.
 
-    The checkers run on the node as the quantizer saw it (`as_quantized`): lowering
-    changes layouts (a lowered pool hands on channels_last tensors), the quantizer's
-    decision was made before.
+    The checks run on the node as the quantizer saw it (`as_quantized`): lowering
+    changes layouts (a lowered pool hands on channels_last tensors) and decomposes
+    ops, the quantizer's decision was made before.
     """
-    op, wanted = op_name(node), _pattern_op(node)
+    op, seen = op_name(node), as_quantized(node)
+    wanted = _pattern_op(seen)
     if wanted in FAST_PATH_OPS:
         return Cause((op,), "PyTorch's fused inference fast path (nn.TransformerEncoderLayer or nn.MultiheadAttention "
                             "exported under no_grad/inference_mode), one opaque op no CortexMQuantizer pattern covers",
@@ -128,30 +113,72 @@ def cause_of(node: Node, as_quantized: Callable[[Node], Node] = lambda n: n) -> 
         return Cause((op,), "part of F.scaled_dot_product_attention, which no CortexMQuantizer pattern covers", UNFUSED)
     checkers = list({checker: None for ops, checker in _patterns() if ops[0] == wanted})
     if not checkers:
-        producer = _fused_with(node, wanted)
-        if producer is not None:  # its pattern's verdict is the op's
-            inner = cause_of(producer, as_quantized)
-            return Cause((op,), inner.why, inner.remedy)
-        if _explicit_layout_covers(wanted):
-            return Cause((op,), "no CortexMQuantizer pattern covers it (only the experimental explicit-layout "
-                                "patterns, CortexMQuantizer(use_explicit_layout=True), have one)")
-        return Cause((op,), "no CortexMQuantizer pattern covers it")
-    refused = []
+        return _no_pattern(node, seen, op, wanted, as_quantized)
+    refused: list[str] = []
+    failed: list[conditions.Failed] = []
     for checker in checkers:
-        try:
-            accepted = checker.check_pattern([as_quantized(node)])
-        except Exception:  # a checker written for the quantizer's graph may not read this one
-            accepted = True
-        if accepted:
-            return Cause((op,), f"matches CortexMQuantizer's {wanted} pattern ({checker.__name__}), yet "
-                                + _why_not_lowered(node, as_quantized(node)))
+        found = conditions.PATTERN_CONDITIONS.get(checker.__name__)
+        mine = found([seen]) if found is not None else None
+        if not _refuses(checker, seen, mine):
+            return _accepted(node, seen, op, wanted, checker.__name__)
         refused.append(checker.__name__)
-    needs = [_CHECKERS[name] for name in refused if name in _CHECKERS]
-    requirement = f": it needs {needs[0][0]}" if needs else ""
-    return Cause(
-        (op,), f"CortexMQuantizer's {wanted} pattern refused it ({', '.join(refused)}){requirement}",
-        f"fix: {needs[0][1]}" if needs and needs[0][1] else "",
-    )
+        failed.extend(mine or [])
+    head = f"CortexMQuantizer's {wanted} pattern refused it ({', '.join(refused)})"
+    if not failed:
+        return Cause((op,), f"{head}; the condition is not one qlint knows")
+    return Cause((op,), f"{head}: {', '.join(str(f) for f in failed)}", conditions.remedy(failed))
+
+
+def _refuses(checker: Any, seen: Node, mine: list[conditions.Failed] | None) -> bool:
+    """ExecuTorch's own verdict. A checker that cannot read this graph (a `.pte` carries no fake tensors),
+    or whose check has side effects (the max pool check tags nodes), answers by qlint's conditions."""
+    if checker.__name__ == "CortexMMaxPool2DCheck":
+        return bool(mine)
+    try:
+        return not checker.check_pattern([seen])
+    except Exception:
+        return bool(mine)
+
+
+def _accepted(node: Node, seen: Node, op: str, wanted: str, checker: str) -> Cause:
+    """A pattern took the op: what the lowering then required, or what the quantized program shows."""
+    lowering = conditions.LOWERING_CONDITIONS.get(wanted)
+    failed = lowering(seen) if lowering is not None else []
+    head = f"matches CortexMQuantizer's {wanted} pattern ({checker}), yet "
+    if failed:
+        return Cause((op,), head + f"the Cortex-M lowering keeps it in fp32: {', '.join(str(f) for f in failed)}",
+                     conditions.remedy(failed))
+    return Cause((op,), head + _why_not_lowered(node, seen))
+
+
+def _no_pattern(node: Node, seen: Node, op: str, wanted: str, as_quantized: Callable[[Node], Node]) -> Cause:
+    """No pattern starts with the op: one it completes, an equal form a pattern lists, or none at all."""
+    producer = _fused_with(node, wanted)
+    if producer is not None:  # its pattern's verdict is the op's
+        inner = cause_of(producer, as_quantized)
+        return Cause((op,), inner.why, inner.remedy)
+    shown = op_name(seen) if base_name(op_name(seen)) != base_name(op) else "it"
+    equal = conditions.EQUIVALENT_FORMS.get(wanted)
+    if equal is not None and _fusable_after(seen, equal[0]):
+        return Cause((op,), f"no CortexMQuantizer pattern lists {shown}", f"fix: {equal[1]}")
+    if _explicit_layout_covers(wanted):
+        return Cause((op,), f"no CortexMQuantizer pattern covers {shown} (only the experimental explicit-layout "
+                            "patterns, CortexMQuantizer(use_explicit_layout=True), have one)")
+    return Cause((op,), f"no CortexMQuantizer pattern covers {shown}")
+
+
+def _fusable_after(node: Node, form: str) -> bool:
+    """A pattern fuses `form` after the op that feeds `node` (seen through the quantize/dequantize pair
+    the quantizer put after that op's own pattern)."""
+    from qlint.graph_view import DEQUANTIZE_OPS, QUANTIZE_OPS, packet
+
+    producer = node.args[0] if node.args else None
+    while isinstance(producer, Node) and packet(op_name(producer)) in QUANTIZE_OPS | DEQUANTIZE_OPS:
+        producer = producer.args[0] if producer.args else None
+    if not isinstance(producer, Node):
+        return False
+    first = _pattern_op(producer)
+    return any(len(ops) > 1 and ops[0] == first and form in ops[1:] for ops, _ in _patterns())
 
 
 def _why_not_lowered(node: Node, seen: Node) -> str:

@@ -84,7 +84,12 @@ def test_runtime_divisor_is_not_ql001(linted: Callable[..., Any], quantized: Cal
     checked = linted("make_runtime_divisor")
     assert "QL001" not in codes(checked.findings)
     finding = only(checked.findings, "QL002")
-    assert finding.details["reason"].startswith("runtime (non-constant) operand aten_amax_default of aten.div.Tensor; ")
+    reason = finding.details["reason"]
+    # The ops that are no scale come first, then the divisor by its op, line and the input it is computed from.
+    assert reason.startswith("aten.abs.default, aten.amax.default: no CortexMQuantizer pattern covers it; ")
+    assert ("runtime (non-constant) operand aten.amax.default [] at examples/models.py:76, computed from input `y` "
+            "of aten.div.Tensor; ") in reason
+    assert "CortexMDivCheck): operand shapes [1, 8, 16] and [] (" in reason
     assert "aten.div.Tensor" in finding.details["ops"]
 
 
@@ -226,8 +231,9 @@ def test_an_nchw_convolution_names_the_quantizer_check_and_channels_last(linted:
     """The backend lowers conv2d; CortexMQuantizer's CortexMConv2DCheck refused this one's memory format."""
     finding = only(linted("make_conv_hardswish").findings, "QL002")
     assert finding.details["reason"] == (
-        "aten.convolution.default: CortexMQuantizer's conv2d pattern refused it (CortexMConv2DCheck): it needs "
-        "channels_last tensors; fix: export with model.to(memory_format=torch.channels_last) and channels_last "
+        "aten.convolution.default: CortexMQuantizer's conv2d pattern refused it (CortexMConv2DCheck): conv2d "
+        "output [1, 8, 8, 8] is NCHW (dim order 0, 1, 2, 3) (CMSIS-NN convolutions run on channels_last tensors); "
+        "fix: export with model.to(memory_format=torch.channels_last) and channels_last "
         "example inputs (for a config target: the channels-last remedy, qlint fix --unsafe-fixes)"
     )
     assert "does not lower" not in finding.message
@@ -262,9 +268,10 @@ def test_a_broadcast_mask_input_names_the_add_check_and_the_expand(linted: Calla
     CortexMAddMulCheck refuses the broadcast (measured: with `mask.expand(...)` the add is int8)."""
     finding = only(linted("make_mask_input_attention").findings, "QL002")
     reason = finding.details["reason"]
-    assert reason.startswith("runtime (non-constant) operand cortex_m_dequantize_per_tensor_default of aten.add.Tensor; ")
-    assert "CortexMQuantizer's add pattern refused it (CortexMAddMulCheck)" in reason
-    assert "fix: expand the smaller operand to the other's shape" in reason
+    assert reason.startswith("runtime (non-constant) operand input `mask` [1, 1, 1, 8] of aten.add.Tensor; ")
+    assert ("CortexMQuantizer's add pattern refused it (CortexMAddMulCheck): operand shapes [1, 2, 8, 8] and "
+            "[1, 1, 1, 8] (") in reason
+    assert reason.endswith("fix: expand the second operand to [1, 2, 8, 8] (`.expand(1, 2, 8, 8)`) before the op")
 
 
 def test_a_fused_fast_path_op_in_an_artifact_names_the_fast_path_and_how_to_export_without_it() -> None:
