@@ -23,3 +23,15 @@ def test_readme_lists_every_rule() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for rule in load_catalog().values():
         assert f"`{rule.code}`" in readme and rule.name in readme
+
+
+def test_the_cause_classes_page_covers_every_written_check() -> None:
+    """docs/causes.md lists the conditions of every ExecuTorch check qlint evaluates, and the
+    README links it: a check added to qlint.conditions without its row fails here."""
+    from qlint import conditions
+
+    page = (ROOT / "docs" / "causes.md").read_text()
+    for check in conditions.PATTERN_CONDITIONS:
+        assert f"`{check}`" in page, check
+    assert conditions.EXECUTORCH in page
+    assert "(docs/causes.md)" in (ROOT / "README.md").read_text()
