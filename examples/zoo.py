@@ -52,6 +52,29 @@ def make_distilbert() -> tuple:
     return _built(DistilBertModel(config), "inputs_embeds", (1, 8, 32))
 
 
+class Masked(torch.nn.Module):
+    """The model called with `inputs_embeds` and a padding `attention_mask`, as a tokenizer gives it."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model.eval()
+
+    def forward(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask).last_hidden_state
+
+
+def make_roberta_masked() -> tuple:
+    from transformers import RobertaConfig, RobertaModel
+
+    torch.manual_seed(0)
+    config = RobertaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=24, attn_implementation="eager")
+    generator = torch.Generator().manual_seed(1)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0]])
+    batches = [(torch.randn((1, 8, 32), generator=generator), mask) for _ in range(2)]
+    return Masked(RobertaModel(config, add_pooling_layer=False)), batches[0], batches
+
+
 def make_vit() -> tuple:
     from transformers import ViTConfig, ViTModel
 

@@ -222,7 +222,8 @@ def operand_name(view: GraphView, node: Node, root: Path) -> str:
         return f"{constant.kind} `{constant.name}`{shape}"
     where = locate(origin.meta.get("stack_trace"), root)
     inputs = _program_inputs(view, origin)
-    text = f"{op_name(origin)}{shape}" + (f" at {where}" if where else "")
+    written = view.as_quantized(origin)  # the op as written, not the kernel lowering made of it
+    text = f"{op_name(written)}{shape}" + (f" at {where}" if where else "")
     return text + (f", computed from input {', '.join(f'`{n}`' for n in inputs)}" if inputs else "")
 
 

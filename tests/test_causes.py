@@ -180,3 +180,16 @@ def test_every_suggested_change_makes_the_op_a_cortex_m_kernel(spec: str, kernel
     if spec.startswith("ops.test_add") or spec.startswith("ops.test_sub"):
         [scale] = [f for f in after.findings if f.code == "QL001"]
         assert scale.details["identity"] is True
+
+
+def test_a_padding_mask_is_named_by_the_input_it_comes_from(linted: Any) -> None:
+    """transformers' RoBERTa called with `attention_mask`: the add's fp32 operand is the extended mask
+    computed from that input, named by the op the user's code wrote and its line."""
+    reasons_ = reasons(linted("make_roberta_masked"))
+    [mask] = [r for r in reasons_ if "aten.add.Tensor" in r]
+    assert mask.startswith("runtime (non-constant) operand aten.mul.Tensor [1, 1, 1, 8] at "
+                           "transformers/modeling_utils.py:")
+    assert ", computed from input `attention_mask` of aten.add.Tensor; " in mask
+    assert mask.endswith("operand shapes [1, 2, 8, 8] and [1, 1, 1, 8] (quantized add/mul take operands of one "
+                         "shape, or a per-channel [N, C, 1, 1] operand of a channels_last tensor); fix: expand the "
+                         "second operand to [1, 2, 8, 8] (`.expand(1, 2, 8, 8)`) before the op")
