@@ -191,7 +191,9 @@ def _why_not_lowered(node: Node, seen: Node) -> str:
     if operands and all(packet(op_name(a)) in DEQUANTIZE_OPS for a in operands) and seen.users and all(
         packet(op_name(u)) in QUANTIZE_OPS for u in seen.users
     ):
-        return "the Cortex-M lowering left it in fp32 although the quantizer annotated it"
+        dtypes = sorted({str(a.args[5]).removeprefix("torch.") for a in operands if len(a.args) > 5})
+        widths = f" with {', '.join(dtypes)} activations" if dtypes and dtypes != ["int8"] else ""
+        return f"the Cortex-M lowering left it in fp32 although the quantizer annotated it{widths}"
     return "the quantizer did not annotate it (an operand or a user of it is not quantized)"
 
 
