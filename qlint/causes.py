@@ -22,6 +22,7 @@ from typing import Any
 from torch.fx import Node
 
 from qlint import conditions
+from qlint.findings import shapes_elided
 from qlint.graph_view import base_name, op_name, output_value
 
 
@@ -198,10 +199,11 @@ def _why_not_lowered(node: Node, seen: Node) -> str:
 
 
 def causes(nodes: list[Node], as_quantized: Callable[[Node], Node] = lambda n: n) -> list[Cause]:
-    """The causes of these ops, ops with the same cause named together, in graph order."""
-    merged: dict[tuple[str, str], list[str]] = {}
+    """The causes of these ops, ops with one cause named together, in graph order. Causes that differ
+    only in shapes (two NCHW convolutions of an island) are one, said with the first op's values."""
+    merged: dict[tuple[str, str], tuple[str, list[str]]] = {}
     for node in nodes:
         cause = cause_of(node, as_quantized)
-        ops = merged.setdefault((cause.why, cause.remedy), [])
+        _, ops = merged.setdefault((shapes_elided(cause.why), cause.remedy), (cause.why, []))
         ops.extend(op for op in cause.ops if op not in ops)
-    return [Cause(tuple(ops), why, remedy) for (why, remedy), ops in merged.items()]
+    return [Cause(tuple(ops), why, remedy) for (_, remedy), (why, ops) in merged.items()]

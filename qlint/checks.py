@@ -19,7 +19,7 @@ from torch.fx import Node
 from qlint.analysis import Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.causes import cause_of
 from qlint.config import Config
-from qlint.findings import ArtifactStats, Finding, Location
+from qlint.findings import ArtifactStats, Finding, Location, shapes_elided
 from qlint.folds import Fold, Left, plan_region
 from qlint.graph_view import GraphView, Kind, QParams, is_float, numel, op_name
 from qlint.islands import Coverage, coverage, fp32_by_node, fp32_elements
@@ -225,19 +225,27 @@ def low_coverage(context: Context) -> list[Finding]:
 
 def fp32_causes(context: Context) -> list[tuple[str, int]]:
     """Why the fp32 compute ops are fp32, most ops first: the reason of the island each one is in
-    (a constant scale is QL001's), or the quantizer's verdict on the op itself."""
+    (a constant scale is QL001's), or the quantizer's verdict on the op itself. Reasons that differ
+    only in shapes count as one, said as the first of them says it."""
     counts: Counter[str] = Counter()
+    said: dict[str, str] = {}
     seen: set[Node] = set()
+
+    def count(reason: str, ops: int) -> None:
+        key = shapes_elided(reason)
+        said.setdefault(key, reason)
+        counts[key] += ops
+
     for region in context.analysis.regions:
         if region.code in ("QL001", "QL002"):
-            reason = "a constant scale between quantized ops (QL001)" if region.scale else region.reason
-            counts[reason] += len(region.island.compute)
+            count("a constant scale between quantized ops (QL001)" if region.scale else region.reason,
+                  len(region.island.compute))
             seen.update(region.island.compute)
     view = context.view
-    rest = [n for n in view.nodes if view.kind(n) == Kind.FP_COMPUTE and n not in seen]
-    for node in rest:
-        counts[str(cause_of(node, view.as_quantized))] += 1
-    return counts.most_common()
+    for node in view.nodes:
+        if view.kind(node) == Kind.FP_COMPUTE and node not in seen:
+            count(str(cause_of(node, view.as_quantized)), 1)
+    return [(said[key], ops) for key, ops in counts.most_common()]
 
 
 def invalid_message(invalid: Invalid) -> str:

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from qlint._compat import StrEnum
 from qlint.inputs import printable
+
+# A shape or argument list in a cause (`conv2d output [1, 8, 8, 8] is NCHW`).
+_SHAPE = re.compile(r"\[-?\d+(?:, -?\d+)*\]")
+
+
+def shapes_elided(reason: str) -> str:
+    """A cause with its shape lists elided: causes that differ only in these are one root cause
+    (a network of NCHW convolutions of many sizes)."""
+    return _SHAPE.sub("[...]", reason)
 
 
 class Severity(StrEnum):

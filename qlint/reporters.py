@@ -21,6 +21,7 @@ from qlint.findings import (
     RemedyStatus,
     Report,
     Severity,
+    shapes_elided,
 )
 from qlint.inputs import printable
 
@@ -43,13 +44,19 @@ def by_cause(findings: list[Finding]) -> list[list[Finding]]:
         if not reason:
             groups.append([f])
             continue
-        key = (f.artifact, f.code, f.severity, f.fixable, reason)
+        key = (f.artifact, f.code, f.severity, f.fixable, shapes_elided(reason))
         if key in index:
             index[key].append(f)
         else:
             index[key] = [f]
             groups.append(index[key])
     return groups
+
+
+def _group_reason(group: list[Finding]) -> str:
+    """The group's cause: as each finding says it when they agree, else with the differing shapes elided."""
+    reasons = {str(g.details["reason"]) for g in group}
+    return reasons.pop() if len(reasons) == 1 else shapes_elided(str(group[0].details["reason"]))
 
 
 def _listed(items: list[str], shown: int = 3) -> str:
@@ -65,7 +72,7 @@ def _finding_lines(group: list[Finding], quiet: bool) -> list[str]:
     else:
         elements = sum(int(g.details.get("fp32_elements", 0)) for g in group)
         lines = [f"{f.artifact}: {f.code}{fix} [{f.severity}] {len(group)} fp32 islands, {elements} fp32 elements "
-                 f"per inference: {f.details['reason']}"]
+                 f"per inference: {_group_reason(group)}"]
     if quiet:
         return lines
     places = list(dict.fromkeys(g.location for g in group if g.location))

@@ -193,3 +193,12 @@ def test_a_padding_mask_is_named_by_the_input_it_comes_from(linted: Any) -> None
     assert mask.endswith("operand shapes [1, 2, 8, 8] and [1, 1, 1, 8] (quantized add/mul take operands of one "
                          "shape, or a per-channel [N, C, 1, 1] operand of a channels_last tensor); fix: expand the "
                          "second operand to [1, 2, 8, 8] (`.expand(1, 2, 8, 8)`) before the op")
+
+
+def test_the_conditions_are_written_for_the_installed_executorch() -> None:
+    """The conditions are a copy of executorch's checks in words: a different executorch must be read again."""
+    from importlib.metadata import version
+
+    from qlint import conditions
+
+    assert conditions.EXECUTORCH == f"executorch {version('executorch')}"
