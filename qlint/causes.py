@@ -86,15 +86,27 @@ def _from_sdpa(node: Node) -> bool:
     return any(SDPA in origin for origin in origins)
 
 
+def _producer(node: Node, through_qdq: bool) -> Node | None:
+    """The op feeding `node`; with `through_qdq`, seen through the quantize/dequantize pair the
+    quantizer put after that op's own pattern."""
+    from qlint.graph_view import DEQUANTIZE_OPS, QUANTIZE_OPS, packet
+
+    producer = node.args[0] if node.args else None
+    while through_qdq and isinstance(producer, Node) and packet(op_name(producer)) in QUANTIZE_OPS | DEQUANTIZE_OPS:
+        producer = producer.args[0] if producer.args else None
+    return producer if isinstance(producer, Node) else None
+
+
+def _fuses(producer: Node, op: str) -> bool:
+    """A pattern starting with the producer's op goes on with `op` (conv2d -> relu)."""
+    first = _pattern_op(producer)
+    return any(len(ops) > 1 and ops[0] == first and op in ops[1:] for ops, _ in _patterns())
+
+
 def _fused_with(node: Node, wanted: str) -> Node | None:
     """The producer whose pattern `node` would complete (conv2d -> relu), when no pattern starts with it."""
-    producer = node.args[0] if node.args else None
-    if not isinstance(producer, Node):
-        return None
-    first = _pattern_op(producer)
-    if any(len(ops) > 1 and ops[0] == first and wanted in ops[1:] for ops, _ in _patterns()):
-        return producer
-    return None
+    producer = _producer(node, through_qdq=False)
+    return producer if producer is not None and _fuses(producer, wanted) else None
 
 
 def cause_of(node: Node, as_quantized: Callable[[Node], Node] = lambda n: n) -> Cause:
@@ -169,17 +181,9 @@ def _no_pattern(node: Node, seen: Node, op: str, wanted: str, as_quantized: Call
 
 
 def _fusable_after(node: Node, form: str) -> bool:
-    """A pattern fuses `form` after the op that feeds `node` (seen through the quantize/dequantize pair
-    the quantizer put after that op's own pattern)."""
-    from qlint.graph_view import DEQUANTIZE_OPS, QUANTIZE_OPS, packet
-
-    producer = node.args[0] if node.args else None
-    while isinstance(producer, Node) and packet(op_name(producer)) in QUANTIZE_OPS | DEQUANTIZE_OPS:
-        producer = producer.args[0] if producer.args else None
-    if not isinstance(producer, Node):
-        return False
-    first = _pattern_op(producer)
-    return any(len(ops) > 1 and ops[0] == first and form in ops[1:] for ops, _ in _patterns())
+    """A pattern fuses `form` after the op that feeds `node` in the quantized program."""
+    producer = _producer(node, through_qdq=True)
+    return producer is not None and _fuses(producer, form)
 
 
 def _why_not_lowered(node: Node, seen: Node) -> str:

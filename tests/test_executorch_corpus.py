@@ -22,6 +22,8 @@ import executorch_corpus as corpus_lib
 import pytest
 from conftest import ROOT
 
+from qlint import conditions
+
 pytestmark = pytest.mark.slow
 
 
@@ -117,3 +119,110 @@ def test_every_fp32_island_has_a_cause(run: Run) -> None:
     assert islands, "the corpus has fp32 islands (NCHW convolutions, broadcasts): none reported"
     empty = [f"{f['artifact']}: {f['message']}" for f in islands if not f["details"]["reason"].strip()]
     assert not empty, "\n".join(empty)
+
+
+# A cause names a failed condition, a missing pattern, what the lowering required, or a fact of the
+# island itself; never a refusal it cannot explain.
+EXPLAINED = ("refused it (", "no CortexMQuantizer pattern", "matches CortexMQuantizer", "runtime (non-constant) operand",
+             "data-dependent normalization", "constant", "part of F.scaled_dot_product_attention", "fast path")
+
+
+def test_every_cause_names_a_condition_pattern_or_kernel(run: Run) -> None:
+    islands = [f for stem in run.corpus.built for f in run.findings(stem, "QL002")]
+    unexplained = [f"{f['artifact']}: {f['details']['reason']}" for f in islands
+                   if "the condition is not one qlint knows" in f["details"]["reason"]
+                   or not any(part in f["details"]["reason"] for part in EXPLAINED)]
+    assert not unexplained, "\n".join(unexplained)
+    refusals = [f["details"]["reason"] for f in islands if "refused it (" in f["details"]["reason"]]
+    assert refusals and all("refused it (" in r and "): " in r for r in refusals)
+
+
+def test_no_cause_contradicts_the_case(run: Run) -> None:
+    """Held against facts of the case the cause was not derived from: a case whose 4-D inputs are all
+    channels_last is never told to export channels_last, and the operand shapes a cause names differ."""
+    import re
+
+    import torch
+
+    inputs = {case.stem: case.example_inputs() if callable(case.example_inputs) else case.example_inputs
+              for case in corpus_lib.collect().cases}
+    wrong = []
+    for stem in run.corpus.built:
+        four_d = [t for t in inputs[stem] if isinstance(t, torch.Tensor) and t.dim() == 4]
+        all_channels_last = bool(four_d) and all(t.is_contiguous(memory_format=torch.channels_last)
+                                                 and not t.is_contiguous() for t in four_d)
+        for finding in run.findings(stem, "QL002"):
+            reason = finding["details"]["reason"]
+            if all_channels_last and "memory_format=torch.channels_last" in reason:
+                wrong.append(f"{stem}: channels_last inputs told to export channels_last: {reason}")
+            for first, second in re.findall(r"operand shapes (\[[^\]]*\]) and (\[[^\]]*\])", reason):
+                if first == second:
+                    wrong.append(f"{stem}: equal operand shapes told to broadcast: {reason}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _annotated_graph(case: corpus_lib.Case) -> Any:
+    """The float graph as CortexMQuantizer annotates it: exported the tester's way, then its own
+    `transform_for_annotation`."""
+    import torch
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+
+    corpus_lib.seed()
+    inputs = case.example_inputs() if callable(case.example_inputs) else case.example_inputs
+    captured = torch.export.export(case.model.eval(), inputs, strict=True).module(check_guards=False)
+    return CortexMQuantizer().transform_for_annotation(captured)
+
+
+def _matches(node: Any, pattern: tuple[Any, ...]) -> list[Any] | None:
+    """The chain of nodes starting at `node` whose targets are `pattern`, each feeding only the next."""
+    chain = [node]
+    for target in pattern[1:]:
+        users = list(chain[-1].users)
+        if len(users) != 1 or users[0].target != target:
+            return None
+        chain.append(users[0])
+    return chain if chain[0].target == pattern[0] else None
+
+
+def _verdicts(graph: Any) -> list[tuple[str, str, bool, list[str]]]:
+    """(node, checker, ExecuTorch's verdict, qlint's failed conditions) for every pattern match."""
+    from executorch.backends.cortex_m.passes.passes_utils import skips_quantized_max_pool2d
+    from executorch.backends.cortex_m.quantizer.quantizer_support import CORTEX_M_QUANTIZER_SUPPORT_DICT
+
+    found = []
+    for node in list(graph.graph.nodes):
+        if node.op != "call_function":
+            continue
+        for pattern, checker in CORTEX_M_QUANTIZER_SUPPORT_DICT.items():
+            match = _matches(node, pattern)
+            if match is None:
+                continue
+            accepted = bool(checker.check_pattern(match))
+            failed = [str(f) for f in conditions.PATTERN_CONDITIONS[checker.__name__](match)]
+            found.append((node.name, checker.__name__, accepted, failed))
+            if checker.__name__ == "CortexMMaxPool2DCheck":  # its refusal is a tag the lowering reads
+                lowering = [str(f) for f in conditions.max_pool2d_lowering(node)]
+                found.append((node.name, "lowering of max_pool2d", not skips_quantized_max_pool2d(node), lowering))
+    return found
+
+
+def test_conditions_agree_with_executorchs_checks_on_every_node() -> None:
+    """qlint's written conditions (qlint.conditions) against ExecuTorch's own checks on every pattern
+    match of every case's float graph as the quantizer annotates it: a check that refuses what the
+    conditions accept, or the reverse, fails here (a new executorch release is noticed this way)."""
+    collected = corpus_lib.collect()
+    disagree, checked, refused = [], 0, 0
+    for case in collected.cases:
+        try:
+            graph = _annotated_graph(case)
+        except Exception:  # the corpus test reports cases that do not export
+            continue
+        for node, checker, accepted, failed in _verdicts(graph):
+            checked += 1
+            refused += not accepted
+            if accepted != (not failed):
+                disagree.append(f"{case.stem} {node} {checker}: executorch {'accepts' if accepted else 'refuses'}, "
+                                f"qlint's conditions {failed or 'accept'}")
+    assert not disagree, "\n".join(disagree)
+    # The corpus exercises both verdicts of the checks: a differential that saw no refusal proves nothing.
+    assert checked > 300 and refused > 20, (checked, refused)
