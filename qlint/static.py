@@ -243,11 +243,22 @@ def _argument(arg: Any) -> Any:
         return Ref(str(value.get("name")))
     if kind == "as_tensors" and isinstance(value, list):
         return [Ref(str(v.get("name"))) for v in value if isinstance(v, dict)]
+    # `x[:, idx]` reads idx through optional tensors: a tensor read there is an operand like any other.
+    if kind == "as_optional_tensors" and isinstance(value, list):
+        return [_optional_tensor(v) for v in value]
+    if kind == "as_optional_tensor":
+        return _optional_tensor(value)
     if kind in ("as_float", "as_int", "as_bool", "as_string", "as_ints", "as_floats", "as_bools"):
         return value
     if kind == "as_scalar_type":
         return ("dtype", value)
     return None
+
+
+def _optional_tensor(arg: Any) -> Ref | None:
+    """`{"as_tensor": ...}` as a Ref, `{"as_none": true}` (or anything else) as None."""
+    tensor = arg.get("as_tensor") if isinstance(arg, dict) else None
+    return Ref(str(tensor.get("name"))) if isinstance(tensor, dict) else None
 
 
 def _shape(meta: Any) -> tuple[int, ...] | None:
