@@ -343,3 +343,41 @@ class MaskInputAttention(MaskedAttention):
 def make_mask_input_attention() -> tuple:
     shapes = [(1, 8, 16), (1, 1, 1, 8)]
     return MaskInputAttention(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+class LeViTAttention(nn.Module):
+    """timm LeViT's attention: `q @ k^T * scale` plus a learned bias per head and relative offset,
+    gathered for every query/key pair by a constant index buffer (`aten.index`).
+
+    timm initializes the biases to zero; training makes them differ by offset (`trained`).
+    """
+
+    def __init__(self, dim: int = 16, heads: int = 2, resolution: int = 4, trained: bool = False) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.scale = self.head_dim ** -0.5
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        grid = torch.arange(resolution)
+        points = torch.stack(torch.meshgrid(grid, grid, indexing="ij")).flatten(1)
+        offsets = (points[:, :, None] - points[:, None, :]).abs()
+        self.register_buffer("attention_bias_idxs", offsets[0] * resolution + offsets[1], persistent=False)
+        shape = (heads, resolution * resolution)
+        self.attention_biases = nn.Parameter(torch.randn(shape) if trained else torch.zeros(shape))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        attn = q @ k.transpose(-2, -1) * self.scale + self.attention_biases[:, self.attention_bias_idxs]
+        return self.proj((attn.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c))
+
+
+def make_levit_attention() -> tuple:
+    torch.manual_seed(0)
+    shapes = [(1, 16, 16)]
+    return LeViTAttention().eval(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+def make_levit_attention_trained() -> tuple:
+    torch.manual_seed(0)
+    shapes = [(1, 16, 16)]
+    return LeViTAttention(trained=True).eval(), _batches(shapes, 1)[0], _batches(shapes)

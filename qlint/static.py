@@ -6,9 +6,14 @@ nodes of one qparams; a requantize pair is a dequantize feeding a quantize. Its
 qparams are literal arguments, its constant raw bytes in the archive (or a value
 computed in the graph from literals: `aten.full`, a mask built from ones), its
 source line the node's `stack_trace`. The identity verdict is computed in
-emulated float32 (`qlint.exact`). Everything that needs lowering (QL002, QL003,
-QL005, QL007, folds) is left to the full check; `tests/test_static.py` holds the
-two tiers to the same findings on every `.pt2` of the test suite.
+emulated float32 (`qlint.exact`). An island whose constant the tier cannot compute
+(an op it does not evaluate, such as `aten.index` of a trained bias) is still
+reported, its verdict undecided (`identity: None`), never guessed: as QL001 when
+the constant has one element; with several, only whether they are equal decides
+between QL001 and QL002, so as the fp32 island it is (QL002). Everything else that
+needs lowering (QL002, QL003, QL005, QL007, folds) is left to the full check;
+`tests/test_static.py` holds the two tiers to the same findings on every `.pt2`
+of the test suite.
 """
 
 from __future__ import annotations
@@ -93,11 +98,18 @@ class Uniform:
 
 
 @dataclass(frozen=True)
+class Unknown:
+    """A constant the static tier cannot compute, and why: the finding names what the full check evaluates."""
+
+    why: str   # "is computed in the graph with aten.index.Tensor from parameter ..."
+
+
+@dataclass(frozen=True)
 class StaticConstant:
     name: str
     kind: ConstantKind
     numel: int
-    value: Uniform | None       # None: it differs by position (or is not a number qlint reads)
+    value: Uniform | Unknown | None   # None: it differs by position (its elements were read)
 
 
 class StaticGraph:
@@ -125,17 +137,17 @@ class StaticGraph:
                     producer.users.append(node)  # an assertion computes nothing: lowering drops it
         self.payloads = _payloads(archive)
         self.tensors = tensors
-        self._uniform: dict[str, Uniform | None] = {}
+        self._uniform: dict[str, Uniform | Unknown | None] = {}
         # One pass in graph order, no recursion (a crafted graph may be deep or cyclic): a node is
         # runtime when an operand is a program input, a runtime node, or not defined before it.
         self.runtime: set[str] = {name for name, spec in self.placeholders.items() if spec is None}
-        self.values: dict[str, Uniform | None] = {}
+        self.values: dict[str, Uniform | Unknown] = {}
         defined = set(self.placeholders)
         for node in self.order:
             if any(r in self.runtime or r not in defined for r in node.refs):
                 self.runtime.update((node.name, *node.outputs))
             else:
-                self.values[node.name] = _evaluate(self, node)
+                self.values[node.name] = self._compute(node)
             defined.update((node.name, *node.outputs))
 
     def _placeholder(self, spec: Any) -> None:
@@ -204,18 +216,19 @@ class StaticGraph:
         node = self.nodes[arg.name]
         return StaticConstant(node.name, ConstantKind.COMPUTED, node.numel, self.value(node))
 
-    def _lifted(self, fqn: str, meta: Any) -> Uniform | None:
+    def _lifted(self, fqn: str, meta: Any) -> Uniform | Unknown | None:
         """A lifted tensor's one value, read once per tensor, stopping at the first element that
         differs (a weight differs at its second)."""
         if fqn not in self._uniform:
             self._uniform[fqn] = self._read_uniform(fqn, meta)
         return self._uniform[fqn]
 
-    def _read_uniform(self, fqn: str, meta: Any) -> Uniform | None:
+    def _read_uniform(self, fqn: str, meta: Any) -> Uniform | Unknown | None:
         payload = self.payloads.get(fqn)
         dtype = _scalar(meta)
         if payload is None or dtype is None or len(payload) > _MAX_CONSTANT_BYTES:
-            return None
+            return Unknown("is held in a payload the static tier does not read (missing, over 16 MiB or of a "
+                           "dtype it does not decode)")
         fmt, name = dtype
         size = struct.calcsize(fmt)
         offset = _int(meta.get("storage_offset")) * size
@@ -225,13 +238,34 @@ class StaticGraph:
             return None
         return Uniform(float(first[0]), name) if all(v == first for v in values) else None
 
-    def value(self, node: StaticNode) -> Uniform | None:
+    def value(self, node: StaticNode) -> Uniform | Unknown | None:
         """The one value a node computed from constants holds, from its literal arguments."""
         return self.values.get(node.name)
 
     def operand(self, arg: Any) -> Uniform | None:
+        """A constant operand's one value; None when it differs by position or is not known."""
         constant = self.constant(arg)
-        return constant.value if constant is not None else None
+        return constant.value if constant is not None and isinstance(constant.value, Uniform) else None
+
+    def _compute(self, node: StaticNode) -> Uniform | Unknown:
+        """A constant node's one value, or why the tier does not know it: the first op on its path
+        it cannot compute, which an op computing on that result passes on."""
+        value = _evaluate(self, node)
+        if value is not None:
+            return value
+        inputs = [self.constant(Ref(name)) for name in node.refs]
+        passed = next((c.value for c in inputs if c is not None and isinstance(c.value, Unknown)), None)
+        if passed is not None:
+            return passed
+        sources = " and ".join(self._source(name) for name in dict.fromkeys(node.refs))
+        varying = any(c is not None and c.value is None for c in inputs)
+        why = ", of which one differs by position" if varying else ", an op the static tier does not evaluate"
+        return Unknown(f"is computed in the graph with {node.op}" + (f" from {sources}" if sources else "") + why)
+
+    def _source(self, name: str) -> str:
+        """A constant input as a finding names it: `parameter attention_biases`, or the op computing it."""
+        spec = self.placeholders.get(name)
+        return f"{spec[0]} {spec[1]}" if spec is not None else self.nodes[name].op
 
 
 def _argument(arg: Any) -> Any:
@@ -243,11 +277,22 @@ def _argument(arg: Any) -> Any:
         return Ref(str(value.get("name")))
     if kind == "as_tensors" and isinstance(value, list):
         return [Ref(str(v.get("name"))) for v in value if isinstance(v, dict)]
+    # `x[:, idx]` reads idx through optional tensors: a tensor read there is an operand like any other.
+    if kind == "as_optional_tensors" and isinstance(value, list):
+        return [_optional_tensor(v) for v in value]
+    if kind == "as_optional_tensor":
+        return _optional_tensor(value)
     if kind in ("as_float", "as_int", "as_bool", "as_string", "as_ints", "as_floats", "as_bools"):
         return value
     if kind == "as_scalar_type":
         return ("dtype", value)
     return None
+
+
+def _optional_tensor(arg: Any) -> Ref | None:
+    """`{"as_tensor": ...}` as a Ref, `{"as_none": true}` (or anything else) as None."""
+    tensor = arg.get("as_tensor") if isinstance(arg, dict) else None
+    return Ref(str(tensor.get("name"))) if isinstance(tensor, dict) else None
 
 
 def _shape(meta: Any) -> tuple[int, ...] | None:
@@ -291,6 +336,9 @@ def _payloads(archive: Pt2Archive) -> dict[str, bytes]:
 _FILL = {"full": 1, "full_like": 1, "new_full": 1, "scalar_tensor": 0}
 _ONE_ZERO = {"ones": 1.0, "ones_like": 1.0, "new_ones": 1.0, "zeros": 0.0, "zeros_like": 0.0, "new_zeros": 0.0}
 _CASTS = {"_to_copy", "to", "type_as", "clone", "lift_fresh_copy", "alias", "detach"}
+# Ops that pick elements of their first operand by indices: a tensor of one value gives that value
+# (a bias timm initializes to zero, gathered by `aten.index`); any other is not known.
+_GATHERS = {"index", "index_select", "gather", "embedding", "take"}
 
 
 def _cast(value: float, dtype: str | None) -> float:
@@ -314,7 +362,7 @@ def _evaluate(graph: StaticGraph, node: StaticNode) -> Uniform | None:
         return Uniform(_cast(float(args[_FILL[base]]), dtype), dtype or "float32")
     if base in _ONE_ZERO:
         return Uniform(_ONE_ZERO[base], dtype or "float32")
-    if base in SHAPE_OPS | _CASTS and args:
+    if base in SHAPE_OPS | _CASTS | _GATHERS and args:
         source = graph.operand(args[0])
         return Uniform(_cast(source.value, dtype), dtype or source.dtype) if source is not None else None
     if base in ("add", "sub", "mul", "div", "rsub") and len(args) >= 2:
@@ -358,17 +406,32 @@ def qparams(node: StaticNode) -> QParams | None:
     return QParams(float(args[0]), int(args[1]), int(args[2]), int(args[3]), name)
 
 
+Step = tuple[StaticNode, str, StaticConstant, float | None]   # node, op, constant, its value (None: unknown)
+
+
 @dataclass
 class ScaleChain:
     dq: StaticNode
     nodes: list[StaticNode]                   # the island: affine ops and the shape ops between
-    steps: list[tuple[StaticNode, str, StaticConstant, float]]
+    steps: list[Step]
     outputs: list[StaticNode]                 # the quantize nodes it ends in
+
+    @property
+    def unknown(self) -> list[StaticConstant]:
+        """The constants the tier cannot compute: while there are any, the identity is undecided."""
+        return [c for _, _, c, value in self.steps if value is None]
+
+    @property
+    def code(self) -> str:
+        """QL001, or QL002 when an unknown constant has several elements: whether they are equal
+        decides between the two (`analysis._step`), and the tier claims no constant scale it cannot show."""
+        return "QL002" if any(c.numel != 1 for c in self.unknown) else "QL001"
 
 
 def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleChain | None:
     """The constant scale island through `start`, an affine op with one constant operand; None
-    where the full check would call the island QL002 (`analysis.classify`)."""
+    where the full check calls the island QL002 whatever the value of a constant the tier cannot
+    compute (`analysis.classify`)."""
     dq_side = _runtime_operand(graph, start)
     if dq_side is None or _quantized_constant(graph, start, dq_side):
         return None
@@ -391,24 +454,26 @@ def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleCha
                                               or _runtime_operand(graph, current) is None):
             return None
         nodes.append(current)
-    steps = []
-    for node in nodes:
-        if node.base in SHAPE_OPS:
-            continue
-        operand = next(a for a in node.args[:2] if not graph.is_runtime(a))
-        constant = graph.constant(operand)
-        if constant is None or constant.value is None or node.kwargs.get("alpha", 1) != 1:
-            return None
-        if node.base in ("div", "sub") and node.args[1] is not operand:
-            return None  # a constant-first division is no scale
-        if node.base in SCALE_OPS and (constant.value.value == 0.0 or not math.isfinite(constant.value.value)):
-            return None
-        if node.base in SCALE_OPS and constant.numel > max_elements:
-            return None  # a per-channel constant, even when all its channels hold one value
-        steps.append((node, node.base, constant, constant.value.value))
-    if not current.users:
+    steps = [_step(graph, node, max_elements) for node in nodes if node.base not in SHAPE_OPS]
+    if not current.users or None in steps:
         return None
-    return ScaleChain(source, nodes, steps, list(current.users))
+    return ScaleChain(source, nodes, steps, list(current.users))  # type: ignore[arg-type]
+
+
+def _step(graph: StaticGraph, node: StaticNode, max_elements: int) -> Step | None:
+    """One `x op c` of a scale island (`analysis._step`), or None where it makes the island QL002."""
+    operand = next(a for a in node.args[:2] if not graph.is_runtime(a))
+    constant = graph.constant(operand)
+    if constant is None or constant.value is None or node.kwargs.get("alpha", 1) != 1:
+        return None
+    if node.base in ("div", "sub") and node.args[1] is not operand:
+        return None  # a constant-first division is no scale
+    if node.base in SCALE_OPS and constant.numel > max_elements:
+        return None  # a per-channel constant, even when all its channels hold one value
+    value = constant.value.value if isinstance(constant.value, Uniform) else None
+    if node.base in SCALE_OPS and value is not None and (value == 0.0 or not math.isfinite(value)):
+        return None
+    return node, node.base, constant, value
 
 
 def _runtime_operand(graph: StaticGraph, node: StaticNode) -> Ref | None:
@@ -479,44 +544,77 @@ class _Findings:
                        node=nodes[0].name, location=self.location(*nodes), fixable=False, details=details)
 
 
+_SYMBOLS = {"div": "/", "mul": "*", "add": "+", "sub": "-"}
+RUN_FULL = "run `qlint check` without --static for the verdict"
+
+
 def scale_finding(make: _Findings, graph: StaticGraph, chain: ScaleChain, config: Config) -> Finding | None:
+    """The island's QL001 finding, or its QL002 one when a constant the tier cannot compute decides
+    between the two; None when its outputs are not one per-tensor quantize or its rule is off."""
     qp_in = qparams(chain.dq)
     outs = {qparams(o) for o in chain.outputs}
-    if qp_in is None or len(outs) != 1 or None in outs:
+    if qp_in is None or len(outs) != 1 or None in outs or not config.enabled(chain.code):
         return None
     qp_out: QParams = outs.pop()  # type: ignore[assignment]
-    steps = tuple((op, value) for _, op, _, value in chain.steps)
-    identity = make.identity(qp_in, steps, qp_out)
-    symbols = {"div": "/", "mul": "*", "add": "+", "sub": "-"}
-    scale_text = " ".join(f"{symbols[op]} {_constant_text(c)}" for _, op, c, _ in chain.steps)
-    ident = f"{'already an exact' if identity else 'not an'} identity on {qp_in.dtype} values"
+    nodes = _fp32_nodes(graph, chain)
+    anchor = next(n for n in chain.nodes if n.base not in SHAPE_OPS)
+    ops = [n.op for n in chain.nodes if n.base not in SHAPE_OPS]
+    shared = {"ops": ops, "fp32_elements": sum(nodes.values()), "graph_nodes": nodes}
+    if chain.unknown:
+        shared["undecided"] = _undecided(chain)
+    if chain.code == "QL002":
+        reason = (f"undecided: {_undecided(chain)}; QL001 if it holds one value (its identity verdict undecided), "
+                  f"QL002 if it differs by position: {RUN_FULL}")
+        message = f"fp32 island ({', '.join(ops)}), {sum(nodes.values())} fp32 elements per inference: {reason}"
+        return make.make("QL002", message, (anchor, *chain.nodes), reason=reason, identity=None, **shared)
+    steps = tuple((op, value) for _, op, _, value in chain.steps if value is not None)
+    identity = None if chain.unknown else make.identity(qp_in, steps, qp_out)
+    scale_text = " ".join(f"{_SYMBOLS[op]} {_constant_text(c)}" for _, op, c, _ in chain.steps)
+    ident = (f"identity undecided: {_undecided(chain)}: {RUN_FULL}" if identity is None else
+             f"{'already an exact' if identity else 'not an'} identity on {qp_in.dtype} values")
     message = f"constant scale in fp32: x {scale_text} between dequantize {qp_in} and quantize {qp_out}; {ident}"
     blocked = blocked_guards(config.fold, qp_in, [c.kind for _, _, c, _ in chain.steps], qp_out)
     if blocked:
         message += f"; fold blocked by {'; '.join(blocked)}"
-    factor = 1.0
-    for _, op, _, value in chain.steps:
-        if op in SCALE_OPS:
-            factor = factor / value if op == "div" else factor * value
-    # As the full check counts them: every dequantized input (a dequantized constant too), the
-    # island's own outputs, and the quantize nodes it ends in with none.
-    dequantized = [graph.nodes[r] for n in chain.nodes for r in n.refs
-                   if r in graph.nodes and graph.nodes[r].op == DQ]
-    nodes = {**{d.name: d.numel for d in dequantized}, **{n.name: n.numel for n in chain.nodes},
-             **{o.name: 0 for o in chain.outputs}}
-    anchor = next(n for n in chain.nodes if n.base not in SHAPE_OPS)
     return make.make(
-        "QL001", message, (anchor, *chain.nodes),
-        ops=[n.op for n in chain.nodes if n.base not in SHAPE_OPS],
+        "QL001", message, (anchor, *chain.nodes), identity=identity, blocked_by=blocked,
         constants=[{"name": c.name, "kind": c.kind, "value": value, "op": op} for _, op, c, value in chain.steps],
-        factor=factor, input_qparams=_qp_dict(qp_in), output_qparams=_qp_dict(qp_out), identity=identity,
-        blocked_by=blocked, fp32_elements=sum(nodes.values()), graph_nodes=nodes,
+        factor=_factor(chain), input_qparams=_qp_dict(qp_in), output_qparams=_qp_dict(qp_out), **shared,
     )
 
 
+def _fp32_nodes(graph: StaticGraph, chain: ScaleChain) -> dict[str, int]:
+    """As the full check counts them: every dequantized input (a dequantized constant too), the
+    island's own outputs, and the quantize nodes it ends in with none."""
+    dequantized = [graph.nodes[r] for n in chain.nodes for r in n.refs
+                   if r in graph.nodes and graph.nodes[r].op == DQ]
+    return {**{d.name: d.numel for d in dequantized}, **{n.name: n.numel for n in chain.nodes},
+            **{o.name: 0 for o in chain.outputs}}
+
+
+def _factor(chain: ScaleChain) -> float | None:
+    """What the island multiplies its input by (its offsets aside); None while a scale is unknown."""
+    factor = 1.0
+    for _, op, _, value in chain.steps:
+        if op in SCALE_OPS:
+            if value is None:
+                return None
+            factor = factor / value if op == "div" else factor * value
+    return factor
+
+
+def _undecided(chain: ScaleChain) -> str:
+    """The constants the tier cannot compute, and what computes them: what the full check evaluates."""
+    return "; ".join(f"{_constant_text(c)} {c.value.why}" for c in chain.unknown
+                     if isinstance(c.value, Unknown))
+
+
 def _constant_text(constant: StaticConstant) -> str:
-    """As the full check prints a constant (`graph_view.Constant`)."""
-    assert constant.value is not None
+    """As the full check prints a constant (`graph_view.Constant`); one it cannot compute, as the
+    full check prints one that differs by position."""
+    if not isinstance(constant.value, Uniform):
+        return f"{constant.name} ({constant.kind})" if constant.numel == 1 else \
+            f"{constant.name} ({constant.kind}, {constant.numel} elements)"
     value = f"{constant.name}={constant.value.value:.6g}"
     return f"{value} ({constant.kind})" if constant.numel == 1 else \
         f"{value} ({constant.kind}, all {constant.numel} elements)"
@@ -548,7 +646,8 @@ def requantize_findings(make: _Findings, graph: StaticGraph) -> Iterator[Finding
 
 
 def lint_static(data: bytes, artifact: str, config: Config) -> tuple[list[Finding], ArtifactStats]:
-    """QL001 and QL004 of a `.pt2`, read from its graph JSON (the hardened archive reader)."""
+    """QL001 and QL004 of a `.pt2`, and the QL002 islands it cannot decide, read from its graph JSON
+    (the hardened archive reader)."""
     from qlint.archive import ArchiveLimits
 
     archive = parse_pt2(data, ArchiveLimits.of(config.limits))
@@ -558,7 +657,8 @@ def lint_static(data: bytes, artifact: str, config: Config) -> tuple[list[Findin
         graph = StaticGraph(archive)
         make = _Findings(artifact, config)
         findings: list[Finding] = []
-        chains = scale_chains(graph, config.fold.max_elements) if config.enabled("QL001") else []
+        islands = config.enabled("QL001") or config.enabled("QL002")
+        chains = scale_chains(graph, config.fold.max_elements) if islands else []
         for chain in chains:
             found = scale_finding(make, graph, chain, config)
             if found is not None:
@@ -567,8 +667,8 @@ def lint_static(data: bytes, artifact: str, config: Config) -> tuple[list[Findin
             findings.extend(requantize_findings(make, graph))
     except (TypeError, KeyError, AttributeError, ValueError, IndexError, struct.error) as exc:
         raise ReadError(f"corrupt {MODEL}: {type(exc).__name__} while reading its graph") from None
-    ql001 = [f for f in findings if f.code == "QL001"]
-    stats = ArtifactStats(artifact=artifact, nodes=len(graph.order), fp32_islands=len(ql001),
-                          fp32_elements=sum(int(f.details["fp32_elements"]) for f in ql001),
+    islands_found = [f for f in findings if f.code != "QL004"]
+    stats = ArtifactStats(artifact=artifact, nodes=len(graph.order), fp32_islands=len(islands_found),
+                          fp32_elements=sum(int(f.details["fp32_elements"]) for f in islands_found),
                           coverage=1.0, lowered=False, static=True)
     return findings, stats

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 
 from examples.zoo import ZOO
-from qlint.config import Config
+from qlint.config import Config, FoldGuards
 from qlint.exact import QParams, island_outputs
 from qlint.static import lint_static
 
@@ -25,31 +25,44 @@ HAND_MADE = [
     "make_scale_through_reshape", "make_scale_through_transpose", "make_split_island",
     "make_half_precision_island", "make_per_channel_scale", "make_uniform_vector_scale", "make_scale_chain",
     "make_masked_attention", "make_causal_attention", "make_conv_hardswish", "make_conv_hardswish_channels_last",
-    "make_clamp", "make_transformer_encoder", "make_mask_input_attention",
+    "make_clamp", "make_transformer_encoder", "make_mask_input_attention", "make_levit_attention",
+    "make_levit_attention_trained",
 ]
 # The hand-made cases, then the zoo (SAM's TwoWayTransformer among them), each once.
 CORPUS = list(dict.fromkeys([*HAND_MADE, *(f"make_{name}" for name in ZOO)]))
 
 
-def key(finding: Any) -> tuple[Any, ...]:
-    """What the two tiers must agree on: code, the nodes (as the .pt2 names them), the constants,
-    both qparams, the identity verdict, the fp32 elements and the source line."""
+def island(finding: Any) -> tuple[Any, ...]:
+    """Which island or pair a finding is, as both tiers name it: code, the nodes (as the .pt2 names
+    them), the fp32 elements and the source line."""
     details = finding.details
     where = (finding.location.path, finding.location.line) if finding.location else None
+    return finding.code, tuple(sorted(details["graph_nodes"])), details.get("fp32_elements"), where
+
+
+def key(finding: Any) -> tuple[Any, ...]:
+    """What the two tiers must agree on: the island, the constants, both qparams and the identity verdict."""
+    details = finding.details
     constants = tuple((c["op"], c["value"]) for c in details.get("constants", ()))
-    return (finding.code, tuple(sorted(details["graph_nodes"])), constants,
-            json.dumps(details["input_qparams"], sort_keys=True), json.dumps(details["output_qparams"], sort_keys=True),
-            details["identity"], details.get("fp32_elements"), where)
+    return (*island(finding), constants, json.dumps(details["input_qparams"], sort_keys=True),
+            json.dumps(details["output_qparams"], sort_keys=True), details["identity"])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CORPUS)
 def test_static_findings_equal_the_full_checks(name: str, linted: Callable[..., Any],
                                                pt2_dir: Callable[[str], Path]) -> None:
-    full = sorted(key(f) for f in linted(name).findings if f.code in ("QL001", "QL004"))
+    """Decided findings equal to the letter; an undecided one (a constant the static tier cannot
+    compute) agrees with the full check's finding on the same island of the same code, whatever its
+    identity verdict."""
     static, stats = lint_static(pt2_dir(name).read_bytes(), name, Config())
-    assert sorted(key(f) for f in static) == full
-    assert stats.static and stats.fp32_islands == sum(1 for k in full if k[0] == "QL001")
+    undecided = sorted(island(f) for f in static if f.details["identity"] is None)
+    full = [f for f in linted(name).findings
+            if f.code in ("QL001", "QL004") or f.code == "QL002" and island(f) in undecided]
+    assert sorted(key(f) for f in static if f.details["identity"] is not None) == sorted(
+        key(f) for f in full if island(f) not in undecided)
+    assert undecided == sorted(island(f) for f in full if island(f) in undecided)
+    assert stats.static and stats.fp32_islands == sum(1 for f in full if f.code != "QL004")
 
 
 def exact_qparams(qp: Any) -> QParams:
@@ -70,6 +83,30 @@ def test_emulated_float32_equals_torch_on_every_input_integer(name: str, linted:
         for out, by_torch in exhaustive.outputs.items():
             emulated = island_outputs(qp_in, steps, exact_qparams(region.view.qparams(out)))
             assert emulated == by_torch.tolist(), (name, region.anchor.name)
+
+
+def example_program() -> tuple[dict[str, bytes], str, dict[str, Any]]:
+    """The attention example's archive entries, the name of its program entry and that program, to craft from."""
+    import zipfile
+
+    with zipfile.ZipFile(ROOT / "examples" / "attention.pt2") as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    [model] = [name for name in entries if name.endswith("models/model.json")]
+    return entries, model, json.loads(entries[model])
+
+
+def archive_with(entries: dict[str, bytes], model: str, program: dict[str, Any]) -> bytes:
+    """The archive of `entries` with `program` in place of its own."""
+    from qlint.archive import write_zip
+
+    return write_zip({**entries, model: json.dumps(program).encode()})
+
+
+def unary(op: str, name: str, source: str) -> dict[str, Any]:
+    """A serialized node `name = op(source)`, `op` as `aten.neg.default`."""
+    return {"target": f"torch.ops.{op}", "name": name, "metadata": {},
+            "inputs": [{"name": "self", "arg": {"as_tensor": {"name": source}}, "kind": 1}],
+            "outputs": [{"as_tensor": {"name": name}}]}
 
 
 UNIMPORTABLE = ("torch", "executorch", "torchao", "numpy")
@@ -104,25 +141,11 @@ def test_static_tier_runs_with_torch_unimportable(tmp_path: Path) -> None:
 
 def test_a_deep_or_cyclic_graph_is_read_without_recursion() -> None:
     """A crafted program: 50,000 chained `neg` nodes, then two nodes that name each other."""
-    import zipfile
-
-    from qlint.archive import write_zip
-
-    with zipfile.ZipFile(ROOT / "examples" / "attention.pt2") as archive:
-        entries = {name: archive.read(name) for name in archive.namelist()}
-    [model] = [name for name in entries if name.endswith("models/model.json")]
-    program = json.loads(entries[model])
+    entries, model, program = example_program()
     nodes = program["graph_module"]["graph"]["nodes"]
-
-    def neg(name: str, source: str) -> dict[str, Any]:
-        return {"target": "torch.ops.aten.neg.default", "name": name, "metadata": {},
-                "inputs": [{"name": "self", "arg": {"as_tensor": {"name": source}}, "kind": 1}],
-                "outputs": [{"as_tensor": {"name": name}}]}
-
-    chain = [neg(f"n{i}", f"n{i - 1}" if i else "b__tensor_constant0") for i in range(50_000)]
-    nodes[:0] = [*chain, neg("loop_a", "loop_b"), neg("loop_b", "loop_a")]
-    entries[model] = json.dumps(program).encode()
-    findings, stats = lint_static(write_zip(entries), "crafted.pt2", Config())
+    chain = [unary("aten.neg.default", f"n{i}", f"n{i - 1}" if i else "b__tensor_constant0") for i in range(50_000)]
+    nodes[:0] = [*chain, unary("aten.neg.default", "loop_a", "loop_b"), unary("aten.neg.default", "loop_b", "loop_a")]
+    findings, stats = lint_static(archive_with(entries, model, program), "crafted.pt2", Config())
     assert [f.code for f in findings] == ["QL001", "QL004"] and stats.nodes == len(nodes)
 
 
@@ -130,15 +153,10 @@ def test_a_mangled_graph_is_a_read_error_never_a_crash() -> None:
     """Seeded mutations of the example's program JSON: every field of every node replaced by a
     value of another type. The static tier answers or says the file is corrupt."""
     import random
-    import zipfile
 
-    from qlint.archive import write_zip
     from qlint.inputs import ReadError
 
-    with zipfile.ZipFile(ROOT / "examples" / "attention.pt2") as archive:
-        entries = {name: archive.read(name) for name in archive.namelist()}
-    [model] = [name for name in entries if name.endswith("models/model.json")]
-    original = json.loads(entries[model])
+    entries, model, original = example_program()
     rng = random.Random(0)
     odd = [None, 7, -1.5, "x", [], {}, [None], {"as_tensor": 3}, {"as_tensor": {"name": "nowhere"}}, True]
     outcomes = {"answered": 0, "refused": 0}
@@ -154,9 +172,8 @@ def test_a_mangled_graph_is_a_read_error_never_a_crash() -> None:
                     item["arg"] = rng.choice(odd)
             else:
                 node[field] = rng.choice(odd)
-        entries[model] = json.dumps(program).encode()
         try:
-            lint_static(write_zip(entries), "mangled.pt2", Config())
+            lint_static(archive_with(entries, model, program), "mangled.pt2", Config())
             outcomes["answered"] += 1
         except ReadError:
             outcomes["refused"] += 1
@@ -185,15 +202,9 @@ def test_a_full_check_baseline_serves_the_static_tier_and_static_results_are_cac
 def test_too_many_distinct_int16_verdicts_are_refused_not_ground_through() -> None:
     """A crafted program of 200 int16 requantize pairs, each with its own scale: 13 million
     emulated integers. The static tier says so in one line instead of running for minutes."""
-    import zipfile
-
-    from qlint.archive import write_zip
     from qlint.inputs import ReadError
 
-    with zipfile.ZipFile(ROOT / "examples" / "attention.pt2") as archive:
-        entries = {name: archive.read(name) for name in archive.namelist()}
-    [model] = [name for name in entries if name.endswith("models/model.json")]
-    program = json.loads(entries[model])
+    entries, model, program = example_program()
 
     def qdq(target: str, name: str, source: str, scale: float) -> dict[str, Any]:
         literal = [("scale", {"as_float": scale}), ("zero_point", {"as_int": 0}), ("quant_min", {"as_int": -32768}),
@@ -206,6 +217,54 @@ def test_too_many_distinct_int16_verdicts_are_refused_not_ground_through() -> No
     for i in range(200):
         program["graph_module"]["graph"]["nodes"] += [qdq("dequantize_per_tensor", f"d{i}", "q", 0.001 * (i + 1)),
                                                       qdq("quantize_per_tensor", f"r{i}", f"d{i}", 0.0015 * (i + 1))]
-    entries[model] = json.dumps(program).encode()
     with pytest.raises(ReadError, match="more distinct islands than the static tier evaluates"):
-        lint_static(write_zip(entries), "crafted.pt2", Config())
+        lint_static(archive_with(entries, model, program), "crafted.pt2", Config())
+
+
+def test_a_constant_the_static_tier_cannot_compute_leaves_the_island_undecided() -> None:
+    """The example's divisor replaced by its `sqrt`, an op the static tier does not evaluate. One
+    element: the island is QL001 whatever the value, its identity undecided. Eight elements within
+    `max_elements`: only whether they are equal decides QL001 or QL002, so the tier reports the fp32
+    island (QL002), undecided. Past `max_elements` it is QL002 whatever the values: left to the full check."""
+    entries, model, program = example_program()
+    graph = program["graph_module"]["graph"]
+    [div] = [n for n in graph["nodes"] if n["target"] == "torch.ops.aten.div.Tensor"]
+    div["inputs"][1]["arg"] = {"as_tensor": {"name": "root"}}
+    graph["nodes"].insert(graph["nodes"].index(div), unary("aten.sqrt.default", "root", "b__tensor_constant0"))
+    graph["tensor_values"]["root"] = dict(graph["tensor_values"]["b__tensor_constant0"])
+    [scale, pair] = lint_static(archive_with(entries, model, program), "crafted.pt2", Config())[0]
+    assert (scale.code, scale.details["identity"], scale.details["factor"], pair.details["identity"]) == (
+        "QL001", None, None, False)
+    assert scale.details["undecided"] == ("root (computed) is computed in the graph with aten.sqrt.default from "
+                                          "buffer _tensor_constant0, an op the static tier does not evaluate")
+    assert scale.message.endswith("identity undecided: " + scale.details["undecided"]
+                                  + ": run `qlint check` without --static for the verdict")
+    assert scale.details["constants"] == [{"name": "root", "kind": "computed", "value": None, "op": "div"}]
+
+    graph["tensor_values"]["root"]["sizes"] = [{"as_int": 1}, {"as_int": 1}, {"as_int": 8}]
+    crafted = archive_with(entries, model, program)
+    [island, _], stats = lint_static(crafted, "crafted.pt2", Config(fold=FoldGuards(max_elements=8)))
+    assert (island.code, island.details["identity"], stats.fp32_islands) == ("QL002", None, 1)
+    assert island.details["reason"].startswith("undecided: root (computed, 8 elements) is computed in the graph")
+    assert "QL001 if it holds one value" in island.message
+    assert [f.code for f in lint_static(crafted, "crafted.pt2", Config())[0]] == ["QL004"]
+
+
+@pytest.mark.slow
+def test_levit_attention_biases_are_computed_as_initialized_and_undecided_once_trained(
+    pt2_dir: Callable[[str], Path]
+) -> None:
+    """timm's LeViT gathers a bias per head and offset with `aten.index`. As timm initializes them
+    (all zero) a gather of one value is that value: decided. Trained, they differ by offset, and the
+    island is reported undecided with the op and the tensors it gathers from."""
+    def island_of(name: str) -> Any:
+        [found] = [f for f in lint_static(pt2_dir(name).read_bytes(), name, Config())[0] if f.code != "QL004"]
+        return found
+
+    untrained, trained = island_of("make_levit_attention"), island_of("make_levit_attention_trained")
+    assert (untrained.code, untrained.details["identity"]) == ("QL001", True)
+    assert [(c["op"], c["value"]) for c in untrained.details["constants"]] == [("mul", 0.3535533845424652),
+                                                                              ("add", 0.0)]
+    assert (trained.code, trained.details["identity"]) == ("QL002", None)
+    assert "with aten.index.Tensor from parameter" in trained.details["undecided"]
+    assert "self.attention_biases[:, self.attention_bias_idxs]" in trained.location.code
