@@ -83,3 +83,24 @@ def test_a_tampered_memory_plan_in_the_cache_is_recomputed(
     entry.write_text(json.dumps(tampered))
     assert json.loads(run_cli(args, capsys)[1]) == json.loads(honest_out)
     assert json.loads(entry.read_text()) == honest  # rewritten
+
+
+@pytest.mark.parametrize("name", ["make_levit_attention", "make_levit_attention_trained", "make_causal_attention"])
+def test_a_pte_reports_the_islands_of_constants_computed_in_the_graph_as_its_program(
+    name: str, linted: Callable[..., Any]
+) -> None:
+    """Attention biases gathered with `index` from a parameter and a causal mask built with `triu`
+    are computed in the graph: the `.pte` of the program reports the same islands, codes and
+    identity verdicts as the program."""
+    from qlint.config import Config
+    from qlint.fix import to_pte
+    from qlint.pte import lint_pte
+
+    def islands(findings: list[Any]) -> list[tuple[str, Any, int]]:
+        return sorted((f.code, f.details.get("identity"), f.details.get("fp32_elements", 0)) for f in findings
+                      if f.code in ("QL001", "QL002", "QL004"))
+
+    checked = linted(name)
+    shipped = to_pte(checked.lowered, Config().root).pte
+    expected = islands(checked.findings)
+    assert expected and islands(lint_pte(shipped, f"{name}.pte", Config()).findings) == expected
