@@ -1,4 +1,4 @@
-"""The rules QL001-QL005 and QL007: one program's regions, fold plans, coverage and validity into findings.
+"""The rules QL001-QL005, QL007 and QL008: one program's regions, fold plans, coverage and validity into findings.
 
 Each rule registers its code with the function that produces its findings;
 `run_rules` asks the registry first, so a deselected rule's analysis (island
@@ -16,13 +16,21 @@ from typing import Any
 
 from torch.fx import Node
 
-from qlint.analysis import Analysis, Evaluations, Region, ScaleIsland, analyse
+from qlint.analysis import CONSTANT_CODE, Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.causes import cause_of
 from qlint.config import Config
 from qlint.findings import ArtifactStats, Finding, Location
 from qlint.folds import Fold, Left, plan_region
-from qlint.graph_view import GraphView, Kind, QParams, is_float, numel, op_name
-from qlint.islands import Coverage, coverage, fp32_by_node, fp32_elements
+from qlint.graph_view import GraphView, QParams, is_float, numel, op_name
+from qlint.islands import (
+    Coverage,
+    constant_fp32,
+    coverage,
+    fp32_by_node,
+    fp32_compute,
+    fp32_elements,
+    fp32_total,
+)
 from qlint.lowering import LoweringError, first_line
 from qlint.registry import RULES, Scope, enabled_rules, rule
 from qlint.source import locate, module_path
@@ -183,6 +191,28 @@ def fp32_island(context: Context, region: Region) -> Finding:
     )
 
 
+@rule(CONSTANT_CODE, Scope.REGION)
+def constant_subgraph(context: Context, region: Region) -> Finding:
+    island, constant = region.island, region.constant
+    assert constant is not None
+    elements = fp32_elements(context.view, island)
+    message = f"constant subgraph ({', '.join(island.ops)}), {elements} fp32 elements per inference: {region.reason}"
+    if constant.misread:
+        message += f"; {constant.misread}"
+    return context.make.make(
+        CONSTANT_CODE,
+        message,
+        (region.anchor, *reversed(island.nodes)),
+        context.fixable(region),
+        ops=island.ops,
+        fp32_elements=elements,
+        reason=region.reason,
+        misread=constant.misread,
+        blocked_by=region.blocked,
+        graph_nodes=graph_nodes(context.view, fp32_by_node(context.view, island)),
+    )
+
+
 @rule("QL004", Scope.REGION)
 def requantize(context: Context, region: Region) -> Finding:
     view, dq, q = context.view, region.island.inputs[0], region.anchor
@@ -225,18 +255,22 @@ def low_coverage(context: Context) -> list[Finding]:
 
 def fp32_causes(context: Context) -> list[tuple[str, int]]:
     """Why the fp32 compute ops are fp32, most ops first: the reason of the island each one is in
-    (a constant scale is QL001's), or the quantizer's verdict on the op itself."""
+    (a constant scale is QL001's, work on constants QL008's), or the quantizer's verdict on the op itself."""
     counts: Counter[str] = Counter()
+    view = context.view
     seen: set[Node] = set()
     for region in context.analysis.regions:
         if region.code in ("QL001", "QL002"):
             reason = "a constant scale between quantized ops (QL001)" if region.scale else region.reason
             counts[reason] += len(region.island.compute)
             seen.update(region.island.compute)
-    view = context.view
-    rest = [n for n in view.nodes if view.kind(n) == Kind.FP_COMPUTE and n not in seen]
-    for node in rest:
-        counts[str(cause_of(node, view.as_quantized))] += 1
+    constant = [n for island in context.analysis.constants for n in island.compute if constant_fp32(view, n)]
+    if constant:
+        counts["work computed only from constants, the same value on every inference (QL008)"] += len(constant)
+        seen.update(constant)
+    for node in fp32_compute(view):
+        if node not in seen:
+            counts[str(cause_of(node, view.as_quantized))] += 1
     return counts.most_common()
 
 
@@ -317,7 +351,7 @@ def run_rules(
         nodes=sum(1 for n in view.nodes if n.op == "call_function"),
         int_kernels=cov.int_ops,
         fp32_islands=len(analysis.islands),
-        fp32_elements=sum(fp32_elements(view, i) for i in analysis.islands),
+        fp32_elements=fp32_total(view, analysis.islands, analysis.constants),
         coverage=cov.ratio,
         lowered=view.lowered,
         graph=view.graph_id,
