@@ -381,3 +381,30 @@ def make_levit_attention_trained() -> tuple:
     torch.manual_seed(0)
     shapes = [(1, 16, 16)]
     return LeViTAttention(trained=True).eval(), _batches(shapes, 1)[0], _batches(shapes)
+
+
+class ComputedScale(nn.Module):
+    """`x + torch.full(shape, 0.5) * w`: a scale computed from constants on every inference.
+
+    Broadcast to the activation's shape (1, 8, 16), the mul is refused by the quantizer's mul
+    pattern and stays fp32; its result is quantized for the int8 add. With the parameter's own
+    shape (16,) the mul pattern takes it, and the lowering drops the quantize of the `full`.
+    """
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.shape = shape
+        self.w = nn.Parameter(torch.linspace(0.5, 2.0, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.full(self.shape, 0.5) * self.w
+
+
+def make_computed_scale() -> tuple:
+    shapes = [(1, 8, 16)]
+    return ComputedScale((1, 8, 16)), _batches(shapes, 1)[0], _batches(shapes)
+
+
+def make_computed_scale_quantized_mul() -> tuple:
+    shapes = [(1, 8, 16)]
+    return ComputedScale((16,)), _batches(shapes, 1)[0], _batches(shapes)

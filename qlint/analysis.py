@@ -1,4 +1,4 @@
-"""One record per fp32 island and requantize pair: what it is, why, what blocks a fold.
+"""One record per fp32 island, constant subgraph and requantize pair: what it is, why, what blocks a fold.
 
 Both the rules (`checks`) and the fold planner (`folds`) read these records, so
 neither imports the other's layer. The exhaustive evaluation of a region (every
@@ -22,7 +22,7 @@ from qlint.config import Config, ConstantKind
 from qlint.evaluate import evaluate, input_domain, not_per_integer, runtime_input
 from qlint.graph_view import Constant, GraphView, Kind, QParams, base_name, op_name
 from qlint.guards import blocked_guards
-from qlint.islands import Island, find_islands, requantize_pairs
+from qlint.islands import Island, find_constant_subgraphs, find_islands, fp32_numel, requantize_pairs, results
 from qlint.source import locate
 
 SCALE_OPS = {"div", "mul"}
@@ -35,6 +35,7 @@ NORMALIZATION_OPS = {
 # The rules whose findings come from regions; the others need no island analysis.
 ISLAND_CODES = ("QL001", "QL002")
 PAIR_CODE = "QL004"
+CONSTANT_CODE = "QL008"
 
 
 @dataclass
@@ -92,6 +93,14 @@ class Exhaustive:
         return all(self.reproduces_input(out) for out in self.outputs)
 
 
+@dataclass(frozen=True)
+class ConstantSubgraph:
+    """A QL008 region: fp32 work no runtime input reaches, whose results a fold can store."""
+
+    results: list[Node]       # the members whose values leave it, in graph order
+    misread: str | None       # why the reference kernels' value is not the device's, when it is not
+
+
 # Shared by the records of one run: the fixed program keeps the nodes of the
 # regions it did not fold, so their evaluations carry over.
 Evaluations = dict[tuple[Node, ...], "Exhaustive | None"]
@@ -99,18 +108,20 @@ Evaluations = dict[tuple[Node, ...], "Exhaustive | None"]
 
 @dataclass(eq=False)
 class Region:
-    """An fp32 island (QL001 or QL002) or a requantize pair (QL004): what a rule reports and a fold rewrites."""
+    """An fp32 island (QL001 or QL002), a constant subgraph (QL008) or a requantize pair (QL004): what a rule
+    reports and a fold rewrites."""
 
     code: str
     island: Island              # a pair is an island with no nodes: input dq, output q
     anchor: Node                # the node findings point at
     dq: Node | None             # the one dequantized runtime input, if there is exactly one
     scale: ScaleIsland | None   # QL001 only
-    reason: str                 # QL002: why it is not a constant scale
+    reason: str                 # QL002: why it is not a constant scale; QL008: what it is computed from
     blocked: list[str]          # fold guards from the config that forbid folding it
     not_elementwise: str | None  # why a flat vector of integers does not describe it
     view: GraphView = field(repr=False)
     evaluations: Evaluations = field(repr=False)
+    constant: ConstantSubgraph | None = None   # QL008 only
 
     @property
     def qp_in(self) -> QParams | None:
@@ -137,10 +148,12 @@ class Region:
 
 @dataclass(frozen=True)
 class Analysis:
-    """The regions of one program, in graph order (islands, then requantize pairs)."""
+    """The regions of one program, in graph order (constant subgraphs, islands, then requantize pairs): a
+    constant subgraph is folded before the islands that read it."""
 
     view: GraphView
     islands: list[Island]     # every fp32 island, whether or not its rule is enabled
+    constants: list[Island]   # every constant subgraph, whether or not QL008 is enabled
     regions: list[Region]     # only those of enabled rules
     evaluations: Evaluations
 
@@ -187,7 +200,7 @@ def classify(view: GraphView, island: Island, max_elements: int, root: Path = Pa
 def _origin(view: GraphView, node: Node) -> Node:
     """What a value is before quantize, dequantize and data movement: the input, constant or op the user wrote."""
     seen = 0
-    while view.kind(node) in (Kind.QUANTIZE, Kind.DEQUANTIZE, Kind.SHAPE) and node.args and seen < 10_000:
+    while view.op_kind(node) in (Kind.QUANTIZE, Kind.DEQUANTIZE, Kind.SHAPE) and node.args and seen < 10_000:
         source = node.args[0]
         if not isinstance(source, Node):
             break
@@ -292,14 +305,48 @@ def _pair_region(view: GraphView, dq: Node, q: Node, config: Config, evaluations
     return Region(PAIR_CODE, Island([], [], [dq], [q]), q, dq, None, "", blocked, None, view, evaluations)
 
 
+def _sources(view: GraphView, island: Island, root: Path) -> list[str]:
+    """What a constant subgraph reads: its parameters, buffers and lifted constants, and the ops that
+    make a tensor from literals alone (`aten.full`, `arange`)."""
+    read = [operand_name(view, n, root) for n in island.inputs]
+    made = [op_name(n) for n in island.compute if not n.all_input_nodes]
+    return list(dict.fromkeys([*read, *made]))
+
+
+def _misread(view: GraphView, island: Island) -> str | None:
+    """An integer kernel of the subgraph fed a float: the lowering folded a quantize into a constant op
+    (ExecuTorch's Arm flow then computes that op ahead of time; the Cortex-M passes do not)."""
+    for node in island.compute:
+        if not op_name(node).startswith("cortex_m."):
+            continue
+        for arg in node.all_input_nodes:
+            if fp32_numel(view, arg):
+                return (f"{op_name(node)} reads the float32 output of {op_name(_origin(view, arg))} where its kernel "
+                        "expects integers (the lowering folded the quantize between them away): the reference "
+                        "kernels convert the floats, the device does not, so they disagree on its value")
+    return None
+
+
+def _constant_region(view: GraphView, island: Island, config: Config, evaluations: Evaluations) -> Region:
+    out = results(island)
+    kinds = [ConstantKind.COMPUTED, *(c.kind for n in island.inputs if (c := view.constant(n)) is not None)]
+    reason = (f"computed only from constants ({', '.join(_sources(view, island, config.root))}), "
+              "so it gives the same value on every inference")
+    return Region(CONSTANT_CODE, island, (out or island.nodes)[-1], None, None, reason,
+                  blocked_guards(config.fold, None, kinds), None, view, evaluations,
+                  ConstantSubgraph(out, _misread(view, island)))
+
+
 def analyse(
     view: GraphView, config: Config, codes: Collection[str], evaluations: Evaluations | None = None
 ) -> Analysis:
     """The regions of the rules in `codes`; islands are classified only when QL001 or QL002 runs,
     requantize pairs found only when QL004 does."""
     evaluations = {} if evaluations is None else evaluations
-    islands = find_islands(view)
-    regions = []
+    islands, constants = find_islands(view), find_constant_subgraphs(view)
+    regions: list[Region] = []
+    if CONSTANT_CODE in codes:
+        regions.extend(_constant_region(view, c, config, evaluations) for c in constants)
     if any(code in codes for code in ISLAND_CODES):
         for island in islands:
             region = _island_region(view, island, config, evaluations)
@@ -307,4 +354,4 @@ def analyse(
                 regions.append(region)
     if PAIR_CODE in codes:
         regions.extend(_pair_region(view, dq, q, config, evaluations) for dq, q in requantize_pairs(view))
-    return Analysis(view, islands, regions, evaluations)
+    return Analysis(view, islands, constants, regions, evaluations)

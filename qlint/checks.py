@@ -1,4 +1,4 @@
-"""The rules QL001-QL005 and QL007: one program's regions, fold plans, coverage and validity into findings.
+"""The rules QL001-QL005, QL007 and QL008: one program's regions, fold plans, coverage and validity into findings.
 
 Each rule registers its code with the function that produces its findings;
 `run_rules` asks the registry first, so a deselected rule's analysis (island
@@ -16,13 +16,21 @@ from typing import Any
 
 from torch.fx import Node
 
-from qlint.analysis import Analysis, Evaluations, Region, ScaleIsland, analyse
+from qlint.analysis import CONSTANT_CODE, Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.causes import cause_of
 from qlint.config import Config
 from qlint.findings import ArtifactStats, Finding, Location, shapes_elided
 from qlint.folds import Fold, Left, plan_region
-from qlint.graph_view import GraphView, Kind, QParams, is_float, numel, op_name
-from qlint.islands import Coverage, coverage, fp32_by_node, fp32_elements
+from qlint.graph_view import GraphView, QParams, is_float, numel, op_name
+from qlint.islands import (
+    Coverage,
+    constant_fp32,
+    coverage,
+    fp32_by_node,
+    fp32_compute,
+    fp32_elements,
+    fp32_total,
+)
 from qlint.lowering import LoweringError, first_line
 from qlint.registry import RULES, Scope, enabled_rules, rule
 from qlint.source import locate, module_path
@@ -183,6 +191,28 @@ def fp32_island(context: Context, region: Region) -> Finding:
     )
 
 
+@rule(CONSTANT_CODE, Scope.REGION)
+def constant_subgraph(context: Context, region: Region) -> Finding:
+    island, constant = region.island, region.constant
+    assert constant is not None
+    elements = fp32_elements(context.view, island)
+    message = f"constant subgraph ({', '.join(island.ops)}), {elements} fp32 elements per inference: {region.reason}"
+    if constant.misread:
+        message += f"; {constant.misread}"
+    return context.make.make(
+        CONSTANT_CODE,
+        message,
+        (region.anchor, *reversed(island.nodes)),
+        context.fixable(region),
+        ops=island.ops,
+        fp32_elements=elements,
+        reason=region.reason,
+        misread=constant.misread,
+        blocked_by=region.blocked,
+        graph_nodes=graph_nodes(context.view, fp32_by_node(context.view, island)),
+    )
+
+
 @rule("QL004", Scope.REGION)
 def requantize(context: Context, region: Region) -> Finding:
     view, dq, q = context.view, region.island.inputs[0], region.anchor
@@ -225,10 +255,11 @@ def low_coverage(context: Context) -> list[Finding]:
 
 def fp32_causes(context: Context) -> list[tuple[str, int]]:
     """Why the fp32 compute ops are fp32, most ops first: the reason of the island each one is in
-    (a constant scale is QL001's), or the quantizer's verdict on the op itself. Reasons that differ
-    only in shapes count as one, said as the first of them says it."""
+    (a constant scale is QL001's, work on constants QL008's), or the quantizer's verdict on the op
+    itself. Reasons that differ only in shapes count as one, said as the first of them says it."""
     counts: Counter[str] = Counter()
     said: dict[str, str] = {}
+    view = context.view
     seen: set[Node] = set()
 
     def count(reason: str, ops: int) -> None:
@@ -241,9 +272,12 @@ def fp32_causes(context: Context) -> list[tuple[str, int]]:
             count("a constant scale between quantized ops (QL001)" if region.scale else region.reason,
                   len(region.island.compute))
             seen.update(region.island.compute)
-    view = context.view
-    for node in view.nodes:
-        if view.kind(node) == Kind.FP_COMPUTE and node not in seen:
+    constant = [n for island in context.analysis.constants for n in island.compute if constant_fp32(view, n)]
+    if constant:
+        count("work computed only from constants, the same value on every inference (QL008)", len(constant))
+        seen.update(constant)
+    for node in fp32_compute(view):
+        if node not in seen:
             count(str(cause_of(node, view.as_quantized)), 1)
     return [(said[key], ops) for key, ops in counts.most_common()]
 
@@ -325,7 +359,7 @@ def run_rules(
         nodes=sum(1 for n in view.nodes if n.op == "call_function"),
         int_kernels=cov.int_ops,
         fp32_islands=len(analysis.islands),
-        fp32_elements=sum(fp32_elements(view, i) for i in analysis.islands),
+        fp32_elements=fp32_total(view, analysis.islands, analysis.constants),
         coverage=cov.ratio,
         lowered=view.lowered,
         graph=view.graph_id,

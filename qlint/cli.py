@@ -300,8 +300,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         from qlint.static import RULES
 
         print(f"qlint: static tier: {' and '.join(RULES)} from the graph of each .pt2, without lowering (an island "
-              "whose constant it cannot compute: undecided); QL002, QL003, QL005, QL007, config targets, .pte files "
-              "and fixes need `qlint check`", file=sys.stderr)
+              "whose constant it cannot compute: undecided); QL002, QL003, QL005, QL007, QL008, config targets, "
+              ".pte files and fixes need `qlint check`", file=sys.stderr)
     report = engine.run(
         paths, targets, config, options, cache, jobs=args.jobs, shard=args.shard, progress=_progress_bar(args)
     )

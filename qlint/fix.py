@@ -11,7 +11,7 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.fx import Node
@@ -19,8 +19,8 @@ from torch.fx import Node
 from qlint.config import Config
 from qlint.findings import AppliedFold, ArtifactStats, Finding, FixSummary, LeftIsland, LivePeak, MemoryTimeline
 from qlint.folds import Fold, FoldKind
-from qlint.graph_view import GraphView, Kind, constant_inputs, input_node, output_dtype
-from qlint.islands import requantize_pairs
+from qlint.graph_view import GraphView, constant_inputs, input_node, output_dtype
+from qlint.islands import fp32_compute, requantize_pairs
 from qlint.memory import plan_memory
 from qlint.options import RunOptions
 
@@ -51,14 +51,16 @@ def _erase_if_dead(program: Any, nodes: Sequence[Node]) -> None:
         pending.extend(inputs)
 
 
-def _lut_node(program: Any, name: str, lut: torch.Tensor) -> Node:
+def _constant_node(program: Any, name: str, value: torch.Tensor,
+                   kind: Literal["PARAMETER", "CONSTANT_TENSOR"] = "PARAMETER") -> Node:
+    """A new lifted constant of the program (`kind` names its `InputKind`), before every input."""
     from executorch.backends.transforms.utils import create_constant_placeholder
     from torch.export.graph_signature import InputKind
 
     graph = program.graph_module.graph
     first = next(n for n in graph.nodes if n.op == "placeholder")
     with graph.inserting_before(first):
-        return create_constant_placeholder(program, graph, name, InputKind.PARAMETER, lut)
+        return create_constant_placeholder(program, graph, name, InputKind[kind], value)
 
 
 def _replay_reshapes(graph: Any, value: Node, reshapes: list[Node]) -> Node:
@@ -72,10 +74,23 @@ def _replay_reshapes(graph: Any, value: Node, reshapes: list[Node]) -> Node:
     return value
 
 
+def _store_constants(program: Any, fold: Fold) -> None:
+    """Replace a constant subgraph's results with their stored values and delete what no op reads any more."""
+    for result, value in fold.values.items():
+        stored = _constant_node(program, f"{result.name}_qlint_const", value, "CONSTANT_TENSOR")
+        stored.meta["stack_trace"] = result.meta.get("stack_trace")
+        result.replace_all_uses_with(stored)
+    _erase_if_dead(program, fold.removed)
+
+
 def apply(program: Any, fold: Fold) -> None:
     """Rewrite one fold into the program's graph."""
     from executorch.exir.dialects._ops import ops as exir_ops
 
+    if fold.kind == FoldKind.CONSTANT:
+        _store_constants(program, fold)
+        return
+    assert fold.dq is not None
     graph = program.graph_module.graph
     producer = input_node(fold.dq)
     for out in fold.outputs:
@@ -83,7 +98,7 @@ def apply(program: Any, fold: Fold) -> None:
             with graph.inserting_before(out):
                 replacement = _replay_reshapes(graph, producer, fold.reshapes)
         elif fold.kind == FoldKind.TABLE:
-            lut = _lut_node(program, f"{out.name}_qlint_lut", fold.luts[out])
+            lut = _constant_node(program, f"{out.name}_qlint_lut", fold.luts[out])
             with graph.inserting_before(out):
                 source = _replay_reshapes(graph, producer, fold.reshapes)
                 replacement = graph.call_function(
@@ -174,8 +189,8 @@ def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
 
 
 def float_op_count(view: GraphView) -> int:
-    """Float compute ops, counting each dequantize -> quantize round trip as one."""
-    return sum(1 for n in view.nodes if view.kind(n) == Kind.FP_COMPUTE) + len(requantize_pairs(view))
+    """Float compute ops (work on constants included), counting each dequantize -> quantize round trip as one."""
+    return len(fp32_compute(view)) + len(requantize_pairs(view))
 
 
 @dataclass
@@ -241,6 +256,9 @@ def fix_program(
         raise FixError(f"cannot run the lowered program on its inputs: {first_line(exc)}") from None
     for fold in folds:
         apply(lowered, fold)
+    # A constant subgraph left unfolded is gone when the island that read it was folded away.
+    remaining = {n.name for n in lowered.graph.nodes}
+    summary.left = [item for item in summary.left if item.node in remaining]
     lowered.graph_module.graph.lint()
     lowered.graph_module.recompile()
     require_same_outputs(reference, run_program(lowered, inputs))

@@ -1,6 +1,6 @@
-"""Decide how an island or requantize pair can be folded, and prove the fold exact.
+"""Decide how an island, constant subgraph or requantize pair can be folded, and prove the fold exact.
 
-Three folds, each proven on every value of the input dtype before it is offered:
+Three folds of quantized regions, each proven on every value of the input dtype before it is offered:
 
 - identity: quantize(f(dequantize(q))) == q, so the island is deleted;
 - table (int8): the island is an int8 -> int8 function of one input, so its
@@ -9,6 +9,10 @@ Three folds, each proven on every value of the input dtype before it is offered:
 - rescale (int16): a constant scale c folds into the output quantize scale
   (S*c for div, S/c for mul) when that gives the same integers for all 65536
   inputs; a resulting identity is then deleted.
+
+A constant subgraph (QL008) has no input to range over: its results, computed once with the graph's
+own ops on its own constants, are stored as constants (int8 where it ends in a quantize) and the
+subgraph is deleted; exact by construction, and verified end to end like every fold.
 
 Planning reads a `Region` and its one exhaustive evaluation; `qlint.fix`
 applies the plans.
@@ -35,6 +39,7 @@ class FoldKind(StrEnum):
     IDENTITY = "identity"   # the region is deleted
     TABLE = "table"         # the region becomes one int8 lookup table
     RESCALE = "rescale"     # the region's constant goes into the output quantize scale
+    CONSTANT = "constant"   # the subgraph's results are stored as constants
 
 
 @dataclass
@@ -42,14 +47,19 @@ class Fold:
     kind: FoldKind
     code: str                 # the rule whose finding this fold resolves
     anchor: Node              # the node findings point at
-    dq: Node                  # the island's dequantized input
-    outputs: list[Node]       # the quantize nodes whose integers the fold reproduces
+    dq: Node | None           # the island's dequantized input (None for a constant subgraph)
+    outputs: list[Node]       # the quantize nodes whose integers the fold reproduces; a subgraph's results
     removed: list[Node]       # island nodes (and the pair) that go away
     luts: dict[Node, torch.Tensor] = field(default_factory=dict)   # table: per output
+    values: dict[Node, torch.Tensor] = field(default_factory=dict)  # constant: per result, what is stored
     reshapes: list[Node] = field(default_factory=list)              # shape ops to replay on the integers
     scale: float | None = None                                      # rescale: new output scale
 
     def describe(self) -> str:
+        if self.kind == FoldKind.CONSTANT:
+            stored = ", ".join(f"{str(v.dtype).removeprefix('torch.')} {list(v.shape)}" for v in self.values.values())
+            return f"constant: replace {', '.join(op_name(n) for n in self.removed)} with stored {stored}"
+        assert self.dq is not None
         ops = ", ".join(op_name(n) for n in [self.dq, *self.removed, *self.outputs])
         replay = "".join(f"{op_name(n)} on integers, " for n in self.reshapes)
         if self.kind == FoldKind.IDENTITY:
@@ -180,6 +190,21 @@ def _rescale(region: Region, qp_in: QParams, exhaustive: Exhaustive, outputs: li
     return Fold(FoldKind.RESCALE, region.code, region.anchor, dq, outputs, island.nodes, scale=found)
 
 
+def _constant(region: Region) -> Fold | str:
+    """Store a constant subgraph's results as they are computed now: what the device would compute."""
+    subgraph, view = region.constant, region.view
+    assert subgraph is not None
+    if subgraph.misread:
+        return subgraph.misread
+    if any(u.op == "output" for n in subgraph.results for u in n.users):
+        return "it is a program output: a fold stores values that ops read, not the program's outputs"
+    values = {n: view.computed(n) for n in subgraph.results}
+    if not values or any(v is None for v in values.values()):
+        return "a result has no computed value"
+    return Fold(FoldKind.CONSTANT, region.code, region.anchor, None, subgraph.results, region.island.nodes,
+                values={n: v.clone().contiguous() for n, v in values.items() if v is not None})
+
+
 def plan_region(region: Region) -> Fold | Left:
     """How to fold one island or requantize pair, or why it is left."""
     result = _plan(region)
@@ -189,6 +214,8 @@ def plan_region(region: Region) -> Fold | Left:
 def _plan(region: Region) -> Fold | str:
     if region.blocked:
         return f"blocked by {'; '.join(region.blocked)}"
+    if region.constant is not None:
+        return _constant(region)
     if region.dq is None:
         return region.reason or "more than one runtime input"
     if region.not_elementwise:

@@ -296,6 +296,20 @@ class GraphView:
             names.add(target._op._opname.lstrip("_"))  # keys are EdgeOpOverloads
         return names
 
+    def computed(self, node: Node) -> torch.Tensor | None:
+        """The value of a call_function no runtime input reaches, as the graph's own ops compute it."""
+        return self._computed.get(node)
+
+    def constant_work(self, node: Node) -> bool:
+        """A computed constant that computes (not data movement, planning, quantize or dequantize):
+        the device runs it on every inference though its value never changes."""
+        return self._kinds[node] == Kind.CONSTANT and self.op_kind(node) in (Kind.INT_KERNEL, Kind.FP_COMPUTE)
+
+    def op_kind(self, node: Node) -> Kind:
+        """The kind of a call_function by its op alone, whether or not a runtime input reaches it
+        (a computed view is SHAPE here, CONSTANT in `kind`); other nodes' kind."""
+        return self._op_kind(node) if node.op == "call_function" else self._kinds[node]
+
     def _classify(self, node: Node) -> Kind:
         if node in self._computed and packet(op_name(node)) not in QUANTIZE_OPS | DEQUANTIZE_OPS:
             return Kind.CONSTANT  # q/dq keep their kind: the quantized dialect predicts lowering from them
@@ -307,6 +321,10 @@ class GraphView:
             return Kind.OUTPUT
         if node.op != "call_function":
             return Kind.OTHER
+        return self._op_kind(node)
+
+    def _op_kind(self, node: Node) -> Kind:
+        """A call_function's kind by its op alone, whether or not a runtime input reaches it."""
         name = op_name(node)
         if packet(name) in QUANTIZE_OPS:
             return Kind.QUANTIZE

@@ -116,15 +116,22 @@ def memory_line(plan: PlanMemory) -> str:
             f"step {peak.step} ({peak.node}): {peak.fp32_bytes} fp32, {peak.input_bytes} of them graph inputs")
 
 
+def _tally(fix: FixSummary, codes: tuple[str, ...]) -> tuple[int, int]:
+    """How many regions of these rules were folded, and how many left."""
+    return sum(1 for f in fix.folds if f.code in codes), sum(1 for f in fix.left if f.code in codes)
+
+
 def fix_lines(fix: FixSummary) -> list[str]:
     verb = "would fold" if fix.dry_run else "folded"
     head = f"{fix.artifact}: {'--diff' if fix.dry_run else 'fixed'}"
     if fix.output:
         head += f" -> {fix.output} ({fix.pte_bytes} bytes, verified bit-exact on {fix.verified_inputs} inputs)"
     lines = [head]
-    lines.append(f"  islands: {fix.islands_found} found, "
-                 f"{sum(1 for f in fix.folds if f.code != 'QL004')} {verb}, "
-                 f"{sum(1 for f in fix.left if f.code != 'QL004')} left")
+    islands = _tally(fix, ("QL001", "QL002"))
+    lines.append(f"  islands: {fix.islands_found} found, {islands[0]} {verb}, {islands[1]} left")
+    constants = _tally(fix, ("QL008",))
+    if any(constants):
+        lines.append(f"  constant subgraphs: {sum(constants)} found, {constants[0]} {verb}, {constants[1]} left")
     for fold in fix.folds:
         lines.append(f"  {verb} {fold.code} at {fold.node}: {fold.change}")
     for item in fix.left:

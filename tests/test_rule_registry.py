@@ -60,6 +60,7 @@ def test_every_catalog_rule_has_exactly_one_registered_function() -> None:
     assert {code: RULES[code].scope for code in RULES} == {
         "QL001": Scope.REGION, "QL002": Scope.REGION, "QL003": Scope.LOWERING,
         "QL004": Scope.REGION, "QL005": Scope.PROGRAM, "QL006": Scope.REPORT, "QL007": Scope.PROGRAM,
+        "QL008": Scope.REGION,
     }
     with pytest.raises(RuntimeError, match="QL001 registered twice"):
         qlint.registry.rule("QL001", Scope.REGION)(lambda context, region: None)
@@ -69,7 +70,8 @@ def test_enabled_rules_follow_select_and_ignore() -> None:
     region = [r.code for r in enabled_rules(Scope.REGION, Config(ignore=("QL00",), select=()))]
     assert region == []
     assert [r.code for r in enabled_rules(Scope.REGION, Config(select=("QL004", "QL001")))] == ["QL001", "QL004"]
-    assert [r.code for r in enabled_rules(Scope.REGION, Config(severities={"QL002": "off"}))] == ["QL001", "QL004"]
+    without_islands = Config(severities={"QL002": "off"})
+    assert [r.code for r in enabled_rules(Scope.REGION, without_islands)] == ["QL001", "QL004", "QL008"]
 
 
 def test_each_region_is_evaluated_once_for_its_finding_and_its_fold(
