@@ -39,9 +39,10 @@ class Run:
 
     def fp32_ops(self, stem: str) -> Counter[str]:
         """qlint's fp32 compute ops of one artifact: the ops of its islands, which QL001 and QL002
-        report one finding each (every float compute op belongs to exactly one island)."""
+        report one finding each (every float compute op belongs to exactly one island), and of the
+        work it computes from constants alone (QL008, one finding per connected group)."""
         ops: Counter[str] = Counter()
-        for finding in self.findings(stem, "QL001", "QL002"):
+        for finding in self.findings(stem, "QL001", "QL002", "QL008"):
             ops.update(finding["details"]["ops"])
         return ops
 
