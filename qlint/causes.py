@@ -130,8 +130,7 @@ def cause_of(node: Node, as_quantized: Callable[[Node], Node] = lambda n: n) -> 
     refused: list[str] = []
     failed: list[conditions.Failed] = []
     for checker in checkers:
-        found = conditions.PATTERN_CONDITIONS.get(checker.__name__)
-        mine = found([seen]) if found is not None else None
+        mine = _conditions(checker.__name__, seen)
         if not _refuses(checker, seen, mine):
             return _accepted(node, seen, op, wanted, checker.__name__)
         refused.append(checker.__name__)
@@ -140,6 +139,18 @@ def cause_of(node: Node, as_quantized: Callable[[Node], Node] = lambda n: n) -> 
     if not failed:
         return Cause((op,), f"{head}; the condition is not one qlint knows")
     return Cause((op,), f"{head}: {', '.join(str(f) for f in failed)}", conditions.remedy(failed))
+
+
+def _conditions(checker: str, seen: Node) -> list[conditions.Failed] | None:
+    """The failed conditions of a check, or None when qlint has none written for it or cannot read the
+    node's arguments as the check's op takes them (a crafted program): then no condition is claimed."""
+    found = conditions.PATTERN_CONDITIONS.get(checker)
+    if found is None:
+        return None
+    try:
+        return found([seen])
+    except (TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError):
+        return None
 
 
 def _refuses(checker: Any, seen: Node, mine: list[conditions.Failed] | None) -> bool:
@@ -156,7 +167,10 @@ def _refuses(checker: Any, seen: Node, mine: list[conditions.Failed] | None) -> 
 def _accepted(node: Node, seen: Node, op: str, wanted: str, checker: str) -> Cause:
     """A pattern took the op: what the lowering then required, or what the quantized program shows."""
     lowering = conditions.LOWERING_CONDITIONS.get(wanted)
-    failed = lowering(seen) if lowering is not None else []
+    try:
+        failed = lowering(seen) if lowering is not None else []
+    except (TypeError, ValueError, AttributeError, IndexError):  # arguments a crafted program mangled
+        failed = []
     head = f"matches CortexMQuantizer's {wanted} pattern ({checker}), yet "
     if failed:
         return Cause((op,), head + f"the Cortex-M lowering keeps it in fp32: {', '.join(str(f) for f in failed)}",

@@ -202,3 +202,23 @@ def test_the_conditions_are_written_for_the_installed_executorch() -> None:
     from qlint import conditions
 
     assert conditions.EXECUTORCH == f"executorch {version('executorch')}"
+
+
+def test_arguments_a_crafted_program_mangled_claim_no_condition() -> None:
+    """A softmax whose dim is no integer, or a max pool whose dilation is text: the conditions cannot read
+    them as the op takes them, so the cause claims none (and nothing raises)."""
+    from torch.fx import Graph
+
+    from qlint.causes import cause_of
+
+    graph = Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.zeros(2, 3)
+    softmax = graph.call_function(torch.ops.aten._softmax.default, (x, "dim", False))
+    softmax.meta["val"] = torch.zeros(2, 3)
+    pool = graph.call_function(torch.ops.aten.max_pool2d.default, (x, [2, 2], [2, 2], [0, 0], "two"))
+    pool.meta["val"] = torch.zeros(1, 1)
+    # Neither ExecuTorch's check (it needs fake tensors) nor the conditions read it: no refusal is claimed.
+    assert str(cause_of(softmax)) == ("aten._softmax.default: matches CortexMQuantizer's softmax pattern "
+                                      "(CortexMSoftmaxCheck), yet stayed fp32")
+    assert str(cause_of(pool)).endswith("pattern (CortexMMaxPool2DCheck), yet stayed fp32")
