@@ -135,9 +135,10 @@ def fp32_elements(view: GraphView, island: Island) -> int:
 def fp32_total(view: GraphView, islands: list[Island], constants: list[Island]) -> int:
     """A program's fp32 elements per inference: its islands', then what its constant subgraphs add
     (a constant's dequantize that an island reads is the island's input too, and counted once)."""
-    counted = {n for island in islands for n in fp32_by_node(view, island)}
+    by_island = [fp32_by_node(view, island) for island in islands]
+    counted = {n for counts in by_island for n in counts}
     extra = [c for sub in constants for n, c in fp32_by_node(view, sub).items() if n not in counted]
-    return sum(fp32_elements(view, island) for island in islands) + sum(extra)
+    return sum(sum(counts.values()) for counts in by_island) + sum(extra)
 
 
 def requantize_pairs(view: GraphView) -> list[tuple[Node, Node]]:
