@@ -33,11 +33,14 @@ FUZZ = settings(max_examples=25, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 # Runs qlint in a fresh interpreter and reports that interpreter's peak memory.
+# VmHWM, not getrusage: Linux carries the parent's peak into a vfork-spawned child's ru_maxrss,
+# so a large pytest process would be measured instead of qlint.
 PROBE = (
-    "import resource, sys\n"
+    "import sys\n"
     "from qlint.cli import main\n"
     "code = main(sys.argv[1:])\n"
-    "print(f'MAXRSS_KB={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}', file=sys.stderr)\n"
+    "[hwm] = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"
+    "print(f'MAXRSS_KB={hwm}', file=sys.stderr)\n"
     "raise SystemExit(code)\n"
 )
 
