@@ -22,12 +22,12 @@ import io
 import json
 import re
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from qlint.config import Limits
 from qlint.inputs import ReadError
+from qlint.wellformed import MODEL, SCALAR_TYPES, check_payloads, check_program
 
 # Operator namespaces a quantized Cortex-M program is made of.
 NAMESPACES = ("aten", "quantized_decomposed", "cortex_m")
@@ -38,8 +38,8 @@ _OP_TARGET = re.compile(rf"^torch\.ops\.({'|'.join(NAMESPACES)})\.{_NAME}\.{_NAM
 _PYTHON_TARGETS = frozenset({"_operator.getitem"})
 _METADATA = frozenset({"archive_format", "archive_version", ".data/version", "byteorder", ".data/serialization_id"})
 _PAYLOAD_DIRS = {"weights": re.compile(r"^weight_\d+$"), "constants": re.compile(r"^tensor_\d+$")}
-MODEL = "models/model.json"
 SAMPLE_INPUTS = "data/sample_inputs/model.pt"
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 # Argument kinds that would make torch build something other than plain values.
 _REFUSED_ARGS = {
     "as_expr": "a symbolic shape (qlint reads static-shape programs: export without dynamic_shapes)",
@@ -47,8 +47,6 @@ _REFUSED_ARGS = {
     "as_custom_obj": "a custom object (it would be unpickled)",
     "as_operator": "an operator passed as a value",
 }
-# torch._export.serde.schema.ScalarType -> bytes per element (unknown codes count as 8).
-_ITEMSIZE = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 2, 7: 4, 8: 8, 12: 1, 13: 2, 28: 2, 34: 4, 35: 8}
 
 
 @dataclass(frozen=True)
@@ -56,12 +54,13 @@ class ArchiveLimits:
     entry_bytes: int        # the largest entry, after decompression
     total_bytes: int        # all entries together, after decompression
     tensor_bytes: int       # all tensors the graph declares, together
+    graph_objects: int = 400_000   # JSON objects and lists in the program: Python holds each in ~350 bytes
 
     @classmethod
     def of(cls, limits: Limits) -> ArchiveLimits:
         """The archive bounds of a config's `limits:`."""
         return cls(entry_bytes=int(limits.entry_mb * (1 << 20)), total_bytes=2 * limits.file_bytes,
-                   tensor_bytes=int(limits.tensor_mb * (1 << 20)))
+                   tensor_bytes=int(limits.tensor_mb * (1 << 20)), graph_objects=int(limits.graph_objects))
 
 
 @dataclass
@@ -154,6 +153,7 @@ def parse_pt2(data: bytes, limits: ArchiveLimits) -> Pt2Archive:
     if models != [MODEL]:
         raise ReadError(f"holds a program named {models[0]!r}; torch.export.save writes {MODEL!r}")
     allowed = {MODEL, SAMPLE_INPUTS}
+    configs: dict[str, dict[str, Any]] = {}
     for kind, pattern in _PAYLOAD_DIRS.items():
         config_name = f"data/{kind}/model_{kind}_config.json"
         if f"data/{kind}/model.pt" in entries:
@@ -161,7 +161,9 @@ def parse_pt2(data: bytes, limits: ArchiveLimits) -> Pt2Archive:
         if config_name not in entries:
             raise ReadError(f"not a .pt2 archive from torch.export.save (no {config_name})")
         allowed.add(config_name)
-        for path_name in _payloads(entries[config_name], kind, pattern):
+        configs[kind] = _payload_config(entries[config_name], kind, pattern)
+        for payload in configs[kind].values():
+            path_name = payload["path_name"]
             if f"data/{kind}/{path_name}" not in entries:
                 raise ReadError(f"{kind[:-1]} payload {path_name!r} is missing")
             allowed.add(f"data/{kind}/{path_name}")
@@ -173,8 +175,14 @@ def parse_pt2(data: bytes, limits: ArchiveLimits) -> Pt2Archive:
             raise ReadError(
                 f"unexpected entry {name!r}; qlint loads programs, weights, constants and sample inputs only"
             )
+    # Counted before parsing (braces inside strings too, an overestimate): what the parsed graph costs.
+    objects = entries[MODEL].count(b"{") + entries[MODEL].count(b"[")
+    if objects > limits.graph_objects:
+        raise ReadError(f"its program holds {objects} JSON objects and lists, over the {limits.graph_objects} "
+                        "limit (graph_objects, about 9,000 nodes; limits in .qlint.yaml)")
     program = _json(entries[MODEL], MODEL)
     validate_program_json(program, limits)
+    check_payloads(program, configs, {name.removeprefix("data/"): body for name, body in entries.items()})
     return Pt2Archive(prefix, entries, program)
 
 
@@ -185,8 +193,8 @@ def _json(body: bytes, name: str) -> Any:
         raise ReadError(f"corrupt {name}: {type(exc).__name__}: {str(exc)[:200]}") from None
 
 
-def _payloads(body: bytes, kind: str, pattern: re.Pattern[str]) -> Iterator[str]:
-    """The payload files a weights/constants config names, all plain tensors."""
+def _payload_config(body: bytes, kind: str, pattern: re.Pattern[str]) -> dict[str, Any]:
+    """A weights/constants config's mapping FQN -> payload entry, all plain tensors."""
     config = _json(body, f"model_{kind}_config.json")
     payloads = config.get("config") if isinstance(config, dict) else None
     if not isinstance(payloads, dict):
@@ -199,7 +207,7 @@ def _payloads(body: bytes, kind: str, pattern: re.Pattern[str]) -> Iterator[str]
             raise ReadError(f"{kind[:-1]} {fqn!r} is a pickled object; qlint loads plain tensors only")
         if not isinstance(payload.get("tensor_meta"), dict):
             raise ReadError(f"corrupt model_{kind}_config.json: {fqn!r} has no tensor_meta")
-        yield path_name
+    return payloads
 
 
 def validate_program_json(program: Any, limits: ArchiveLimits) -> None:
@@ -223,9 +231,7 @@ def validate_program_json(program: Any, limits: ArchiveLimits) -> None:
             raise ReadError(
                 f"a node calls {shown[:120]!r}, outside the operator namespaces qlint runs ({', '.join(NAMESPACES)})"
             )
-    for key in _walk_keys(program):
-        if key in _REFUSED_ARGS:
-            raise ReadError(f"holds {_REFUSED_ARGS[key]}")
+    _check_values(program)
     declared = 0
     tensors = graph.get("tensor_values") or {}
     if not isinstance(tensors, dict):
@@ -234,18 +240,25 @@ def validate_program_json(program: Any, limits: ArchiveLimits) -> None:
         declared += _tensor_bytes(name, meta)
         if declared > limits.tensor_bytes:
             raise ReadError(f"its tensors declare over {limits.tensor_bytes} bytes (limits in .qlint.yaml)")
+    check_program(program, limits.tensor_bytes)
 
 
-def _walk_keys(value: Any) -> Iterator[str]:
-    """Every mapping key in a JSON document, iteratively (no recursion limit to hit)."""
-    stack = [value]
+def _check_values(document: Any) -> None:
+    """Every key and number of the program, in one iterative walk (no recursion limit to hit):
+    no argument kind that builds objects, no integer outside torch's int64."""
+    stack = [document]
     while stack:
         item = stack.pop()
-        if isinstance(item, dict):
-            yield from item.keys()
+        kind = type(item)
+        if kind is dict:
+            for key in item:
+                if key in _REFUSED_ARGS:
+                    raise ReadError(f"holds {_REFUSED_ARGS[key]}")
             stack.extend(item.values())
-        elif isinstance(item, list):
+        elif kind is list:
             stack.extend(item)
+        elif kind is int and not _INT64[0] <= item <= _INT64[1]:
+            raise ReadError(f"corrupt {MODEL}: holds an integer outside int64 ({len(str(abs(item)))} digits)")
 
 
 def _tensor_bytes(name: str, meta: Any) -> int:
@@ -260,4 +273,5 @@ def _tensor_bytes(name: str, meta: Any) -> int:
         numel *= value
         if numel > 1 << 62:
             break
-    return numel * _ITEMSIZE.get(meta.get("dtype"), 8)
+    code = meta.get("dtype")
+    return numel * (SCALAR_TYPES[code][1] if isinstance(code, int) and code in SCALAR_TYPES else 8)

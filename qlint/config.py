@@ -75,6 +75,7 @@ class Limits:
     file_mb: float = 64         # the largest .pt2, .pte, config or baseline read
     entry_mb: float = 32        # one .pt2 entry after decompression (all entries: twice file_mb)
     tensor_mb: float = 256      # all tensors a program's graph declares, together
+    graph_objects: float = 400_000  # JSON objects and lists in a `.pt2`'s program (~9,000 nodes): its memory
     timeout_s: float = 900      # one target (export, quantization, checks), .pte or, with --jobs, artifact
     memory_mb: float = 4096     # what such a child process may allocate on top of the loaded stack
 
@@ -366,7 +367,7 @@ fold:
   require_equal_qrange: true   # input and output quantize must share dtype and clamp range
 
 # What one input may cost; over a limit it is an error naming the input (exit 2).
-# limits: {file_mb: 64, entry_mb: 32, tensor_mb: 256, timeout_s: 900, memory_mb: 4096}
+# limits: {file_mb: 64, entry_mb: 32, tensor_mb: 256, graph_objects: 400000, timeout_s: 900, memory_mb: 4096}
 
 # Model factories checked without artifacts: `package.module:function` returning
 # (module, example_inputs) or (module, example_inputs, calibration_inputs).

@@ -22,6 +22,7 @@ import torch
 from torch.fx import Node
 
 from qlint.config import ConstantKind
+from qlint.wellformed import qparams_problem
 
 # Matched on `namespace.name`, whatever the overload (`.default`, `.out`, `.tensor`).
 QUANTIZE_OPS = {
@@ -363,6 +364,8 @@ class GraphView:
         scale, zp, qmin, qmax, dtype = cast(tuple[Any, ...], node.args[1:6])
         if not isinstance(scale, (int, float)) or not isinstance(zp, int):
             return None
+        if not isinstance(dtype, torch.dtype) or qparams_problem(scale, zp, qmin, qmax, str(dtype)[6:]):
+            return None  # no kernel runs them (a crafted .pte): no verdict is given on them
         return QParams(float(scale), int(zp), int(qmin), int(qmax), dtype)
 
     def constant(self, arg: Any) -> Constant | None:

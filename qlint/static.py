@@ -19,18 +19,18 @@ of the test suite.
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from qlint.archive import MODEL, Pt2Archive, parse_pt2
 from qlint.config import Config, ConstantKind
-from qlint.exact import INT_RANGES, QParams, binary, dequantize, is_identity, quantize
+from qlint.exact import INT_RANGES, QParams, binary, dequantize, f32, is_identity, quantize
 from qlint.findings import ArtifactStats, Finding, Location
 from qlint.guards import blocked_guards
 from qlint.inputs import ReadError
 from qlint.source import locate
+from qlint.wellformed import SCALAR_TYPES
 
 RULES = ("QL001", "QL004")
 DQ = "quantized_decomposed.dequantize_per_tensor.default"
@@ -42,9 +42,6 @@ SHAPE_OPS = {
     "view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "permute", "transpose", "expand", "clone",
     "contiguous", "alias", "flatten", "t", "slice", "select", "detach", "lift_fresh_copy",
 }
-# torch._export.serde.schema.ScalarType codes -> struct format and name.
-_SCALARS = {1: ("B", "uint8"), 2: ("b", "int8"), 3: ("h", "int16"), 4: ("i", "int32"), 5: ("q", "int64"),
-            6: ("e", "float16"), 7: ("f", "float32"), 8: ("d", "float64"), 12: ("?", "bool"), 28: ("H", "uint16")}
 _FLOAT_DTYPES = {"float16", "float32", "float64"}
 _MAX_CONSTANT_BYTES = 16 << 20   # the full check's MAX_COMPUTED_BYTES
 
@@ -56,7 +53,7 @@ class Ref:
     name: str
 
 
-@dataclass
+@dataclass(eq=False)
 class StaticNode:
     name: str
     op: str                     # "aten.div.Tensor"
@@ -131,13 +128,17 @@ class StaticGraph:
                     self.nodes.setdefault(name, node)
                 self.order.append(node)
         for node in self.order:
+            if node.base.startswith("_assert"):
+                continue  # an assertion computes nothing: lowering drops it
             for name in node.refs:
                 producer = self.nodes.get(name)
-                if producer is not None and node not in producer.users and not node.base.startswith("_assert"):
-                    producer.users.append(node)  # an assertion computes nothing: lowering drops it
+                # A node's reads are added together: the last user is the only one it can repeat.
+                if producer is not None and (not producer.users or producer.users[-1] is not node):
+                    producer.users.append(node)
         self.payloads = _payloads(archive)
         self.tensors = tensors
         self._uniform: dict[str, Uniform | Unknown | None] = {}
+        self.island_ends: dict[int, StaticNode | None] = {}   # `_island_end`'s answers, by node
         # One pass in graph order, no recursion (a crafted graph may be deep or cyclic): a node is
         # runtime when an operand is a program input, a runtime node, or not defined before it.
         self.runtime: set[str] = {name for name, spec in self.placeholders.items() if spec is None}
@@ -212,31 +213,40 @@ class StaticGraph:
         if arg.name in self.placeholders:
             kind, fqn = self.placeholders[arg.name]  # type: ignore[misc]
             meta = self.tensors.get(arg.name)
-            return StaticConstant(fqn, kind, math.prod(_shape(meta) or ()), self._lifted(fqn, meta))
+            return StaticConstant(fqn, kind, math.prod(_shape(meta) or ()), self._lifted(fqn))
         node = self.nodes[arg.name]
         return StaticConstant(node.name, ConstantKind.COMPUTED, node.numel, self.value(node))
 
-    def _lifted(self, fqn: str, meta: Any) -> Uniform | Unknown | None:
-        """A lifted tensor's one value, read once per tensor, stopping at the first element that
-        differs (a weight differs at its second)."""
+    def _lifted(self, fqn: str) -> Uniform | Unknown | None:
+        """A lifted tensor's one value, read once per tensor."""
         if fqn not in self._uniform:
-            self._uniform[fqn] = self._read_uniform(fqn, meta)
+            self._uniform[fqn] = self._read_uniform(fqn)
         return self._uniform[fqn]
 
-    def _read_uniform(self, fqn: str, meta: Any) -> Uniform | Unknown | None:
-        payload = self.payloads.get(fqn)
-        dtype = _scalar(meta)
+    def _read_uniform(self, fqn: str) -> Uniform | Unknown | None:
+        """Read as torch's loader reads it: the payload in the config's dtype, viewed with the
+        config's sizes, strides and storage offset (`qlint.wellformed` checked they fit)."""
+        import numpy as np
+
+        payload, meta = self.payloads.get(fqn, (None, {}))
+        name = _dtype(meta) or ""
+        try:
+            dtype = np.dtype(name).newbyteorder("<") if name else None
+        except TypeError:
+            dtype = None  # bfloat16, float8: numpy has no such dtype
         if payload is None or dtype is None or len(payload) > _MAX_CONSTANT_BYTES:
-            return Unknown("is held in a payload the static tier does not read (missing, over 16 MiB or of a "
+            return Unknown("is held in a payload the static tier does not read (over 16 MiB or of a "
                            "dtype it does not decode)")
-        fmt, name = dtype
-        size = struct.calcsize(fmt)
-        offset = _int(meta.get("storage_offset")) * size
-        values = struct.iter_unpack(f"<{fmt}", payload[offset: offset + (len(payload) - offset) // size * size])
-        first = next(values, None)
-        if first is None or (isinstance(first[0], float) and math.isnan(first[0])):
+        sizes = [_int(v) for v in meta["sizes"]]
+        strides = [_int(v) * dtype.itemsize for v in meta["strides"]]
+        if math.prod(sizes) == 0:
             return None
-        return Uniform(float(first[0]), name) if all(v == first for v in values) else None
+        flat = np.frombuffer(payload, dtype=dtype)[_int(meta["storage_offset"]):]
+        values = np.lib.stride_tricks.as_strided(flat, shape=sizes, strides=strides).ravel()
+        first = values[0]
+        if dtype.kind == "f" and np.isnan(first):
+            return None
+        return Uniform(float(first), name) if bool((values == first).all()) else None
 
     def value(self, node: StaticNode) -> Uniform | Unknown | None:
         """The one value a node computed from constants holds, from its literal arguments."""
@@ -307,27 +317,20 @@ def _int(value: Any) -> int:
     return found if isinstance(found, int) and not isinstance(found, bool) else 0
 
 
-def _scalar(meta: Any) -> tuple[str, str] | None:
-    code = meta.get("dtype") if isinstance(meta, dict) else None
-    return _SCALARS.get(code) if isinstance(code, int) else None
-
-
 def _dtype(meta: Any) -> str | None:
-    scalar = _scalar(meta)
-    return scalar[1] if scalar else None
+    code = meta.get("dtype") if isinstance(meta, dict) else None
+    return SCALAR_TYPES[code][0] if isinstance(code, int) and code in SCALAR_TYPES else None
 
 
-def _payloads(archive: Pt2Archive) -> dict[str, bytes]:
-    """FQN -> raw bytes of every weight and constant (the archive reader checked their names)."""
+def _payloads(archive: Pt2Archive) -> dict[str, tuple[bytes, dict[str, Any]]]:
+    """FQN -> raw bytes and tensor_meta of every weight and constant, as the archive reader checked them."""
     import json
 
-    found: dict[str, bytes] = {}
+    found: dict[str, tuple[bytes, dict[str, Any]]] = {}
     for kind in ("weights", "constants"):
         config = json.loads(archive.entries[f"data/{kind}/model_{kind}_config.json"]).get("config") or {}
         for fqn, payload in config.items():
-            body = archive.entries.get(f"data/{kind}/{payload.get('path_name')}")
-            if body is not None:
-                found[fqn] = body
+            found[fqn] = (archive.entries[f"data/{kind}/{payload['path_name']}"], payload["tensor_meta"])
     return found
 
 
@@ -343,8 +346,6 @@ _GATHERS = {"index", "index_select", "gather", "embedding", "take"}
 
 def _cast(value: float, dtype: str | None) -> float:
     if dtype in ("float32", None):
-        from qlint.exact import f32
-
         return f32(value)
     if dtype in _FLOAT_DTYPES:
         return value
@@ -400,7 +401,7 @@ def qparams(node: StaticNode) -> QParams | None:
     ) or not args[0] > 0 or not math.isfinite(args[0]):
         return None
     dtype = args[4][1] if isinstance(args[4], tuple) else None
-    name = _SCALARS[dtype][1] if isinstance(dtype, int) and dtype in _SCALARS else ""
+    name = SCALAR_TYPES[dtype][0] if isinstance(dtype, int) and dtype in SCALAR_TYPES else ""
     if name not in INT_RANGES:
         return None
     return QParams(float(args[0]), int(args[1]), int(args[2]), int(args[3]), name)
@@ -440,24 +441,44 @@ def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleCha
     while source is not None and source.op != DQ:
         if source.base not in SHAPE_OPS or len(source.users) != 1:
             return None
-        before.insert(0, source)
+        before.append(source)
         source = graph.nodes.get(source.refs[0]) if source.refs else None
-    if source is None:
+    end = _island_end(graph, start)
+    if source is None or end is None:
         return None
-    nodes = [*before, start]
+    nodes = [*reversed(before), start]
     current = start
-    while not all(user.op == Q for user in current.users):
-        if len(current.users) != 1:
-            return None
+    while current is not end:
         current = current.users[0]
-        if current.base not in SHAPE_OPS and (current.base not in SCALE_OPS | OFFSET_OPS
-                                              or _runtime_operand(graph, current) is None):
-            return None
         nodes.append(current)
     steps = [_step(graph, node, max_elements) for node in nodes if node.base not in SHAPE_OPS]
-    if not current.users or None in steps:
+    if None in steps:
         return None
     return ScaleChain(source, nodes, steps, list(current.users))  # type: ignore[arg-type]
+
+
+def _island_end(graph: StaticGraph, start: StaticNode) -> StaticNode | None:
+    """The last op of the island through `start`, the one whose users are all quantize nodes;
+    None when the path forks or reaches another op first. Each node's answer is kept, so a long
+    chain is walked once whatever the number of ops on it that start an island."""
+    path: list[StaticNode] = []
+    current, end = start, None
+    while True:
+        if id(current) in graph.island_ends:
+            end = graph.island_ends[id(current)]
+            break
+        path.append(current)
+        if all(user.op == Q for user in current.users):
+            end = current if current.users else None
+            break
+        following = current.users[0] if len(current.users) == 1 else None
+        if following is None or following.base not in SHAPE_OPS and (
+                following.base not in SCALE_OPS | OFFSET_OPS or _runtime_operand(graph, following) is None):
+            break
+        current = following
+    for node in path:
+        graph.island_ends[id(node)] = end
+    return end
 
 
 def _step(graph: StaticGraph, node: StaticNode, max_elements: int) -> Step | None:
@@ -510,9 +531,10 @@ def _qp_dict(qp: QParams) -> dict[str, Any]:
     return {"scale": qp.scale, "zero_point": qp.zero_point, "qmin": qp.qmin, "qmax": qp.qmax, "dtype": qp.dtype}
 
 
-# Integers the identity verdicts of one program may evaluate in emulated float32 (~10 s): a crafted
-# program of thousands of distinct int16 pairs would otherwise keep the in-process tier busy for hours.
-MAX_EVALUATED_INTEGERS = 1 << 23
+# Integers the identity verdicts of one program may evaluate (4,096 distinct int16 islands, about a
+# second): a crafted program of tens of thousands of distinct int16 pairs would otherwise hold the
+# in-process tier for minutes.
+MAX_EVALUATED_INTEGERS = 1 << 28
 
 
 class _Findings:
@@ -665,7 +687,7 @@ def lint_static(data: bytes, artifact: str, config: Config) -> tuple[list[Findin
                 findings.append(found)
         if config.enabled("QL004"):
             findings.extend(requantize_findings(make, graph))
-    except (TypeError, KeyError, AttributeError, ValueError, IndexError, struct.error) as exc:
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError, OverflowError) as exc:
         raise ReadError(f"corrupt {MODEL}: {type(exc).__name__} while reading its graph") from None
     islands_found = [f for f in findings if f.code != "QL004"]
     stats = ArtifactStats(artifact=artifact, nodes=len(graph.order), fp32_islands=len(islands_found),

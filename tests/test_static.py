@@ -96,9 +96,19 @@ def example_program() -> tuple[dict[str, bytes], str, dict[str, Any]]:
 
 
 def archive_with(entries: dict[str, bytes], model: str, program: dict[str, Any]) -> bytes:
-    """The archive of `entries` with `program` in place of its own."""
+    """The archive of `entries` with `program` in place of its own; a crafted node's output
+    without tensor metadata is declared like the example's input `q`."""
     from qlint.archive import write_zip
 
+    graph = program["graph_module"]["graph"]
+    tensors = graph["tensor_values"]
+    for node in graph["nodes"]:
+        outputs = node.get("outputs") if isinstance(node, dict) else None
+        for output in outputs if isinstance(outputs, list) else []:
+            tensor = output.get("as_tensor") if isinstance(output, dict) else None
+            name = tensor.get("name") if isinstance(tensor, dict) else None
+            if isinstance(name, str):
+                tensors.setdefault(name, dict(tensors["q"]))
     return write_zip({**entries, model: json.dumps(program).encode()})
 
 
@@ -109,11 +119,12 @@ def unary(op: str, name: str, source: str) -> dict[str, Any]:
             "outputs": [{"as_tensor": {"name": name}}]}
 
 
-UNIMPORTABLE = ("torch", "executorch", "torchao", "numpy")
+UNIMPORTABLE = ("torch", "executorch", "torchao")
 
 
 def test_static_tier_runs_with_torch_unimportable(tmp_path: Path) -> None:
-    """torch, ExecuTorch, torchao and numpy shadowed by packages that refuse to import."""
+    """torch, ExecuTorch and torchao shadowed by packages that refuse to import (numpy, which
+    ExecuTorch requires, computes the exhaustive verdicts in float32)."""
     for name in UNIMPORTABLE:
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text(f"raise ImportError('{name} is not importable here')\n")
@@ -139,14 +150,22 @@ def test_static_tier_runs_with_torch_unimportable(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "need the full check" in refused.stderr
 
 
-def test_a_deep_or_cyclic_graph_is_read_without_recursion() -> None:
-    """A crafted program: 50,000 chained `neg` nodes, then two nodes that name each other."""
+def test_a_deep_graph_is_read_without_recursion_and_a_cycle_is_refused() -> None:
+    """A crafted program: 10,000 chained `neg` nodes (ten times Python's recursion limit) read as
+    a program; two nodes that name each other refused, as torch's deserializer refuses a name
+    read before it is defined."""
+    from qlint.inputs import ReadError
+
     entries, model, program = example_program()
     nodes = program["graph_module"]["graph"]["nodes"]
-    chain = [unary("aten.neg.default", f"n{i}", f"n{i - 1}" if i else "b__tensor_constant0") for i in range(50_000)]
-    nodes[:0] = [*chain, unary("aten.neg.default", "loop_a", "loop_b"), unary("aten.neg.default", "loop_b", "loop_a")]
+    chain = [unary("aten.neg.default", f"n{i}", f"n{i - 1}" if i else "b__tensor_constant0") for i in range(10_000)]
+    nodes[:0] = chain
     findings, stats = lint_static(archive_with(entries, model, program), "crafted.pt2", Config())
     assert [f.code for f in findings] == ["QL001", "QL004"] and stats.nodes == len(nodes)
+    nodes[:0] = [unary("aten.neg.default", "loop_a", "loop_b"), unary("aten.neg.default", "loop_b", "loop_a")]
+    with pytest.raises(ReadError, match="^corrupt models/model.json: node 'loop_a' reads 'loop_b', which no "
+                                        "earlier node defines$"):
+        lint_static(archive_with(entries, model, program), "crafted.pt2", Config())
 
 
 def test_a_mangled_graph_is_a_read_error_never_a_crash() -> None:
@@ -200,8 +219,8 @@ def test_a_full_check_baseline_serves_the_static_tier_and_static_results_are_cac
 
 
 def test_too_many_distinct_int16_verdicts_are_refused_not_ground_through() -> None:
-    """A crafted program of 200 int16 requantize pairs, each with its own scale: 13 million
-    emulated integers. The static tier says so in one line instead of running for minutes."""
+    """A crafted program of 4,200 int16 requantize pairs, each with its own scale: 275 million
+    integers. The static tier says so in one line instead of running for minutes."""
     from qlint.inputs import ReadError
 
     entries, model, program = example_program()
@@ -214,7 +233,7 @@ def test_too_many_distinct_int16_verdicts_are_refused_not_ground_through() -> No
         return {"target": f"torch.ops.quantized_decomposed.{target}.default", "name": name, "metadata": {},
                 "inputs": inputs, "outputs": [{"as_tensor": {"name": name}}]}
 
-    for i in range(200):
+    for i in range(4200):
         program["graph_module"]["graph"]["nodes"] += [qdq("dequantize_per_tensor", f"d{i}", "q", 0.001 * (i + 1)),
                                                       qdq("quantize_per_tensor", f"r{i}", f"d{i}", 0.0015 * (i + 1))]
     with pytest.raises(ReadError, match="more distinct islands than the static tier evaluates"):
