@@ -1,16 +1,26 @@
 """The `qlint` command line: ruff habits, torch imported only when a program is read.
 
-Exit codes: 0 no finding at error severity; 1 findings at error severity;
-2 usage, config or input errors (a path that cannot be read, a bad config).
+Exit codes (the one list; the README repeats it):
+  0    no finding at error severity (`--fail-on` moves the line);
+  1    findings at error severity;
+  2    usage, config, input or output errors: a bad option (one line and a `--help` hint),
+       a path that cannot be read, a `--write` that cannot be written, stdout closed (`>&-`);
+  130  interrupted (Ctrl-C): one line, and no temp file or half-written output is left.
+A reader that stops reading stdout early (`qlint check | head -1`) ends the report quietly and
+does not change the exit code: the `--write` files are still written and the code is the run's.
+(Ruff and ripgrep exit 0 there, Python's docs suggest 1; either would say something about the
+programs that the run did not find, and under `set -o pipefail` a 0 would pass a failing gate.)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from qlint import __version__
 from qlint.inputs import printable
@@ -19,9 +29,86 @@ from qlint.options import FixOptions, LoweringOrder, RunOptions
 if TYPE_CHECKING:
     from qlint.findings import Report
 
-EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 COMMANDS = ("check", "fix", "rule", "rules", "init")
 OUTPUT_FORMATS = ("text", "json", "github", "sarif", "markdown")
+
+
+def _say(line: str) -> None:
+    """One line on stderr. A closed or broken stderr (`2>&1 | head -1`) does not stop the run."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        _to_devnull(sys.stderr)
+
+
+def _emit(text: str) -> bool:
+    """Print the report on stdout, flushed now so that a failed write shows here, not at exit.
+
+    A reader that stopped reading (`| head -1`, a closed pager) ends the output quietly and the
+    run goes on. False, after one error line, when stdout cannot be written (`>/dev/full`).
+    """
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _to_devnull(sys.stdout)
+    except OSError as exc:
+        _to_devnull(sys.stdout)
+        _say(f"qlint: error: cannot write the report to stdout: {exc.strerror or exc}")
+        return False
+    return True
+
+
+def _to_devnull(stream: IO[str]) -> None:
+    """Point `stream`'s fd at /dev/null: what is still buffered, and what comes, goes nowhere, silently."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # not a real file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    try:
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _reserve_standard_fds() -> bool:
+    """Open /dev/null on each of fds 0-2 that was closed; True when stdout (1) was.
+
+    A closed fd is the next one `open` returns: an output file would become stdout
+    or stderr, and whatever a library prints there would land in it. A closed
+    stderr (`2>&-`) gets a `sys.stderr` again, writing to /dev/null, so that
+    nothing that prints there (qlint, warnings, logging) meets None.
+    """
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+            os.open(os.devnull, os.O_RDWR)  # the lowest free fd: this one
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", errors="backslashreplace", closefd=False)  # open as long as the process
+    return 1 in closed
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with ruff-style usage errors: one line and where to look, not the usage block."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+    def error(self, message: str) -> NoReturn:
+        usage_error(message, self.prog)
+        raise SystemExit(EXIT_ERROR)
+
+
+def usage_error(message: str, prog: str = "qlint check") -> int:
+    """`qlint: error: MESSAGE` and a `--help` hint on stderr; the exit code."""
+    _say(f"qlint: error: {printable(message)}")
+    _say(f"Run '{prog} --help' for usage.")
+    return EXIT_ERROR
 
 
 def _codes(value: str) -> tuple[str, ...]:
@@ -38,10 +125,18 @@ def _shard(value: str) -> tuple[int, int]:
     return index, count
 
 
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: need N >= 1")
+    return jobs
+
+
 def _progress_bar(args: argparse.Namespace) -> Callable[[int, int, str], None] | None:
     """A one-line progress bar on stderr for interactive text runs only."""
-    import os
-
     if args.output_format != "text" or args.quiet or os.environ.get("CI") or not sys.stderr.isatty():
         return None
 
@@ -51,12 +146,11 @@ def _progress_bar(args: argparse.Namespace) -> Callable[[int, int, str], None] |
         width = 24
         filled = width * done // total
         end = "\n" if done == total else ""
-        print(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name[-40:]:<40}",
-            end=end,
-            file=sys.stderr,
-            flush=True,
-        )
+        try:
+            print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name[-40:]:<40}", end=end,
+                  file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # the terminal went away: the run goes on
+            _to_devnull(sys.stderr)
 
     return show
 
@@ -74,10 +168,10 @@ def _write_spec(value: str) -> tuple[str, Path]:
     return fmt, Path(path)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     from qlint.config import CPUS
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="qlint",
         description="Find (and fold) the fp32 islands that quantized PyTorch programs keep after Cortex-M lowering.",
     )
@@ -154,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--write-baseline", type=Path, metavar="FILE", help="record the current findings in FILE and exit 0"
     )
     check.add_argument(
-        "--jobs", "-j", type=int, default=1, metavar="N", help="check in N worker processes (same output order)"
+        "--jobs", "-j", type=_jobs, default=1, metavar="N",
+        help="check in N worker processes, at most one per CPU (same output order)",
     )
     check.add_argument(
         "--shard", type=_shard, metavar="I/N", help="check only the I-th of N deterministic slices of the inputs"
@@ -168,9 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     rule = sub.add_parser("rule", help="explain a rule")
     rule.add_argument("code")
-    sub.add_parser("rules", help="list the rules")
+    rules = sub.add_parser("rules", help="list the rules")
     init = sub.add_parser("init", help="write a commented default .qlint.yaml")
     init.add_argument("path", nargs="?", type=Path, default=Path(".qlint.yaml"))
+    parser.commands = {"check": check, "rule": rule, "rules": rules, "init": init}
     return parser
 
 
@@ -193,8 +289,8 @@ def cmd_rules() -> int:
     rows = [
         [r.code, r.name, r.default_severity, "yes" if r.fixable else "", r.summary] for r in load_catalog().values()
     ]
-    print(tabulate(rows, headers=["code", "name", "severity", "fix", "summary"], tablefmt="simple"))
-    return EXIT_OK
+    return EXIT_OK if _emit(tabulate(rows, headers=["code", "name", "severity", "fix", "summary"],
+                                     tablefmt="simple")) else EXIT_ERROR
 
 
 def cmd_rule(code: str) -> int:
@@ -202,10 +298,10 @@ def cmd_rule(code: str) -> int:
 
     catalog = load_catalog()
     if code.upper() not in catalog:
-        print(f"qlint: unknown rule {code!r} (known: {', '.join(catalog)})", file=sys.stderr)
+        _say(f"qlint: error: unknown rule {printable(repr(code))} (known: {', '.join(catalog)})")
+        _say("Run 'qlint rules' for the list.")
         return EXIT_ERROR
-    print(render_rule(catalog[code.upper()]), end="")
-    return EXIT_OK
+    return EXIT_OK if _emit(render_rule(catalog[code.upper()]).removesuffix("\n")) else EXIT_ERROR
 
 
 def cmd_init(path: Path) -> int:
@@ -213,15 +309,14 @@ def cmd_init(path: Path) -> int:
     from qlint.output import write_atomic
 
     if path.exists() or path.is_symlink():
-        print(f"qlint: {printable(str(path))} already exists; not overwriting", file=sys.stderr)
+        _say(f"qlint: {printable(str(path))} already exists; not overwriting")
         return EXIT_ERROR
     try:
         write_atomic(path, DEFAULT_CONFIG.encode())
     except OSError as exc:
-        print(f"qlint: error: cannot write {printable(str(path))}: {exc.strerror or exc}", file=sys.stderr)
+        _say(f"qlint: error: cannot write {printable(str(path))}: {exc.strerror or exc}")
         return EXIT_ERROR
-    print(f"wrote {path}")
-    return EXIT_OK
+    return EXIT_OK if _emit(f"wrote {printable(str(path))}") else EXIT_ERROR
 
 
 def _baseline(report: Report, args: argparse.Namespace) -> int | None:
@@ -231,57 +326,68 @@ def _baseline(report: Report, args: argparse.Namespace) -> int | None:
     try:
         if args.write_baseline:
             write_baseline(report, args.write_baseline)
-            print(f"wrote {len(report.findings)} findings to {printable(str(args.write_baseline))}", file=sys.stderr)
+            _say(f"wrote {len(report.findings)} findings to {printable(str(args.write_baseline))}")
             return EXIT_ERROR if report.errors else EXIT_OK
         if args.baseline:
             apply_baseline(report, args.baseline)
     except BaselineError as exc:
-        print(f"qlint: error: {exc}", file=sys.stderr)
+        _say(f"qlint: error: {exc}")
         return EXIT_ERROR
     return None
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    from qlint.config import ConfigError, find_config, load_config, validate_selectors
+def _selection_error(args: argparse.Namespace) -> str | None:
+    """The usage error in --select/--ignore (an unknown rule code), or None."""
+    from qlint.config import ConfigError, validate_selectors
 
+    def error(message: str) -> ConfigError:
+        return ConfigError("<command line>", 0, "", message)
+
+    for option, codes in (("--select", args.select), ("--ignore", args.ignore)):
+        try:
+            validate_selectors(codes or (), error)
+        except ConfigError as exc:
+            return f"argument {option}: {exc.message}"
+    return None
+
+
+def _option_error(args: argparse.Namespace) -> str | None:
+    """Options that do not go together, or None."""
+    if args.static and (args.fix or args.diff or args.targets_only):
+        what = "--fix and --diff" if args.fix or args.diff else "config targets"
+        return f"{what} need the full check (lowering); drop --static"
+    if args.unsafe_fixes and not (args.fix or args.diff):
+        return "--unsafe-fixes needs --fix or --diff"
+    return None
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from qlint.config import ConfigError, find_config, load_config
+
+    problem = _selection_error(args) or _option_error(args)
+    if problem:
+        return usage_error(problem)
     try:
         config_path = args.config if args.config else find_config(Path.cwd())
         if args.config and not (args.config.exists() or args.config.is_symlink()):
             raise ConfigError(args.config, 0, "<file>", "no such config file")
         config = load_config(config_path)
-        for option, codes in (("--select", args.select), ("--ignore", args.ignore)):
-            if codes:
-
-                def err(message: str, option: str = option) -> ConfigError:
-                    return ConfigError("<command line>", 0, option, message)
-
-                validate_selectors(codes, err)
         config = config.with_overrides(target_cpu=args.target_cpu, select=args.select, ignore=args.ignore)
     except ConfigError as exc:
-        print(f"qlint: config error: {printable(str(exc))}", file=sys.stderr)
+        _say(f"qlint: config error: {printable(str(exc))}")
         return EXIT_ERROR
 
     from qlint import backend, engine, reporters
 
     backend.quiet_logs(args.verbose)
-    if args.jobs < 1:
-        print("qlint: error: --jobs must be at least 1", file=sys.stderr)
-        return EXIT_ERROR
     fix = None
-    if args.static and (args.fix or args.diff or args.targets_only):
-        what = "--fix and --diff" if args.fix or args.diff else "config targets"
-        print(f"qlint: error: {what} need the full check (lowering); drop --static", file=sys.stderr)
-        return EXIT_ERROR
-    if args.unsafe_fixes and not (args.fix or args.diff):
-        print("qlint: error: --unsafe-fixes needs --fix or --diff", file=sys.stderr)
-        return EXIT_ERROR
     if args.fix or args.diff:
         if args.output_dir is not None and not args.diff:
             from qlint.output import ensure_directory
 
             problem = ensure_directory(args.output_dir)
             if problem:
-                print(f"qlint: error: --output-dir {printable(str(args.output_dir))}: {problem}", file=sys.stderr)
+                _say(f"qlint: error: --output-dir {printable(str(args.output_dir))}: {problem}")
                 return EXIT_ERROR
         fix = FixOptions(output_dir=args.output_dir, dry_run=args.diff, unsafe_fixes=args.unsafe_fixes)
     options = RunOptions(order=LoweringOrder(args.lowering), verbose=args.verbose, fix=fix, static=args.static)
@@ -299,9 +405,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.static:
         from qlint.static import RULES
 
-        print(f"qlint: static tier: {' and '.join(RULES)} from the graph of each .pt2, without lowering (an island "
-              "whose constant it cannot compute: undecided); QL002, QL003, QL005, QL007, QL008, config targets, "
-              ".pte files and fixes need `qlint check`", file=sys.stderr)
+        _say(f"qlint: static tier: {' and '.join(RULES)} from the graph of each .pt2, without lowering (an island "
+             "whose constant it cannot compute: undecided); QL002, QL003, QL005, QL007, QL008, config targets, "
+             ".pte files and fixes need `qlint check`")
     report = engine.run(
         paths, targets, config, options, cache, jobs=args.jobs, shard=args.shard, progress=_progress_bar(args)
     )
@@ -311,23 +417,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     apply_suppressions(report, config)
     if report.checked == 0 and not report.errors:
         where = f" in shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""
-        print(f"qlint: warning: no artifacts found{where}", file=sys.stderr)
+        _say(f"qlint: warning: no artifacts found{where}")
     ended = _baseline(report, args)
     if ended is not None:
         return ended
     for error in report.errors:
-        print(f"qlint: error: {error}", file=sys.stderr)
+        _say(f"qlint: error: {error}")
     if args.statistics:
-        print(reporters.statistics(report))
+        shown = _emit(reporters.statistics(report))
     elif args.output_format == "text":
-        print(reporters.text(report, quiet=args.quiet))
+        shown = _emit(reporters.text(report, quiet=args.quiet))
     else:
-        print(reporters.FORMATS[args.output_format](report))
+        shown = _emit(reporters.FORMATS[args.output_format](report))
 
-    if _write_files(report, args.write, config) is None:
-        return EXIT_ERROR
-
-    if report.errors:
+    if not _write_files(report, args.write, config) or not shown or report.errors:
         return EXIT_ERROR
     failing = {"error": ("error",), "warning": ("error", "warning"), "info": ("error", "warning", "info"), "never": ()}
     if not args.exit_zero and any(f.severity in failing[args.fail_on] for f in report.findings):
@@ -335,65 +438,98 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _write_files(report: Any, writes: list[tuple[str, Path]], config: Any) -> list[Path] | None:
-    """Every `--write`, the pictures and node data first so the markdown summary can point at them
-    (they are returned); None (after a one-line error) when one cannot be written."""
+def _write_files(report: Any, writes: list[tuple[str, Path]], config: Any) -> bool:
+    """Every `--write`, the pictures and node data first so the markdown summary can point at them.
+    A write that fails is one error line and the others are still written; False when one failed."""
+    written: list[Path] = []
+    ok = True
+    for fmt, path in sorted(writes, key=lambda w: w[0] == "markdown"):
+        problem = _write_one(report, fmt, path, config, written)
+        if problem is not None:
+            _say(f"qlint: error: {printable(problem)}")
+            ok = False
+    return ok
+
+
+def _write_one(report: Any, fmt: str, path: Path, config: Any, written: list[Path]) -> str | None:
+    """Write one `--write FORMAT:PATH` (adding the files to `written`); why it failed, or None."""
     from qlint import reporters
     from qlint.output import ensure_directory, write_atomic
 
-    written: list[Path] = []
-    for fmt, path in sorted(writes, key=lambda w: w[0] == "markdown"):
-        try:
-            if fmt == "model-explorer":
-                from qlint.overlay import OverlayUnavailable, write_overlays
+    try:
+        if fmt == "model-explorer":
+            from qlint.overlay import OverlayUnavailable, write_overlays
 
-                problem = ensure_directory(path)
-                if problem:
-                    raise ValueError(f"model-explorer:{path}: {problem}")
-                try:
-                    written += write_overlays(report, path)
-                except OverlayUnavailable as exc:
-                    raise ValueError(str(exc)) from None
-                continue
-            if fmt == "memory-plot":
-                from qlint.memory_plot import PlotError, write_plot
-
-                try:
-                    write_plot(report, path)
-                except PlotError as exc:
-                    raise ValueError(str(exc)) from None
-                written.append(path)
-                continue
-            if fmt == "patch":
-                from qlint.patches import remedy_patch
-
-                patch = remedy_patch(report.remedies, config.root)
-                for note in patch.notes:
-                    print(f"qlint: patch: {printable(note)}", file=sys.stderr)
-                text = patch.diff
-            elif fmt == "markdown":
-                text = reporters.markdown(report, attachments=_relative_to(written, path.parent)) + "\n"
-            else:
-                text = reporters.FORMATS[fmt](report) + "\n"
-            write_atomic(path, text.encode())
-        except ValueError as exc:
-            print(f"qlint: error: {printable(str(exc))}", file=sys.stderr)
+            problem = ensure_directory(path)
+            if problem:
+                return f"model-explorer:{path}: {problem}"
+            try:
+                written += write_overlays(report, path)
+            except OverlayUnavailable as exc:
+                return str(exc)
             return None
-        except OSError as exc:
-            print(f"qlint: error: cannot write {printable(str(path))}: {exc.strerror or exc}", file=sys.stderr)
+        if fmt == "memory-plot":
+            from qlint.memory_plot import PlotError, write_plot
+
+            try:
+                write_plot(report, path)
+            except PlotError as exc:
+                return str(exc)
+            written.append(path)
             return None
-    return written
+        if fmt == "patch":
+            from qlint.patches import remedy_patch
+
+            patch = remedy_patch(report.remedies, config.root)
+            for note in patch.notes:
+                _say(f"qlint: patch: {printable(note)}")
+            text = patch.diff
+        elif fmt == "markdown":
+            text = reporters.markdown(report, attachments=_relative_to(written, path.parent)) + "\n"
+        else:
+            text = reporters.FORMATS[fmt](report) + "\n"
+        write_atomic(path, text.encode())
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror or exc}"
+    return None
 
 
 def _relative_to(paths: list[Path], folder: Path) -> list[str]:
     """How a file in `folder` links to each of `paths`."""
-    import os
-
     return [os.path.relpath(p, folder) for p in paths]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(_normalize_argv(list(sys.argv[1:] if argv is None else argv)))
+    """The `qlint` command; its exit code (the module docstring lists them)."""
+    if _reserve_standard_fds():
+        _say("qlint: error: stdout is closed: nowhere to print the report (redirect it instead, e.g. >/dev/null)")
+        return EXIT_ERROR
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not add a traceback to the line
+        _say("qlint: interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # a write to a closed pipe that no helper above caught: end quietly
+        _to_devnull(sys.stdout)
+        return EXIT_ERROR
+    finally:
+        _flush_quietly()
+
+
+def _flush_quietly() -> None:
+    """Flush what argparse printed (`--help`, `--version`): a closed pipe then is no traceback at exit."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        _to_devnull(sys.stdout)
+
+
+def _dispatch(argv: list[str]) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(_normalize_argv(argv))
+    if extra:
+        parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "rules":
         return cmd_rules()
     if args.command == "rule":

@@ -207,7 +207,10 @@ class _Parser:
         except Exception:  # noqa: BLE001 - a tagged scalar whose text the tag rejects
             raise self.error(node, key, f"expected {kind.__name__}, got {printable(node.value)[:80]!r}") from None
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # an integer past any float
+                raise self.error(node, key, f"number out of range: {printable(node.value)[:80]}") from None
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise self.error(node, key, f"expected {kind.__name__}, got {value!r}")
         return value

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from qlint.config import Config, RemedyName, Target
 from qlint.findings import InputError, Report
-from qlint.inputs import ReadError, regular_file, shown_path
+from qlint.inputs import ReadError, shown_path
 from qlint.options import RunOptions
 
 
@@ -29,28 +30,80 @@ def collect(paths: list[Path], config: Config) -> tuple[list[Path], list[InputEr
     """Files to check, in a stable order: explicit files as given, directories walked.
 
     Walking never follows a symlinked folder (no loops); a matching name that is
-    not a regular file (a FIFO, a device, a dangling link) is an error, not a skip.
+    not a regular file (a FIFO, a device, a dangling link) is an error, not a skip,
+    and so is a folder that cannot be listed (too deep for the OS's path limit,
+    unreadable): it may hold artifacts, and a run must not pass by not seeing them.
     """
     files: list[Path] = []
     errors: list[InputError] = []
     for path in paths:
-        if path.is_dir():
-            for folder, dirs, names in os.walk(path):
-                dirs.sort()
-                for name in sorted(names):
-                    found = Path(folder) / name
-                    rel = found.relative_to(path).as_posix()
-                    if not _matches(rel, config.include) or _matches(rel, config.exclude):
-                        continue
-                    if regular_file(found):
-                        files.append(found)
-                    else:
-                        errors.append(InputError(display(found), "not a regular file"))
-        elif path.exists() or path.is_symlink():
-            files.append(path)
+        try:
+            folder = stat.S_ISDIR(path.stat().st_mode)
+        except OSError as exc:
+            if not os.path.lexists(path):  # a dangling link is read (and refused) like any file
+                errors.append(InputError(display(path), _missing(exc)))
+                continue
+            folder = False
+        if folder:
+            _walk(path, config, files, errors)
         else:
-            errors.append(InputError(display(path), "no such file or directory"))
+            files.append(path)
     return files, errors
+
+
+def _missing(exc: OSError) -> str:
+    """Why a path given on the command line cannot be found."""
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return "no such file or directory"
+    return f"cannot read: {exc.strerror or exc}"
+
+
+def _walk(top: Path, config: Config, files: list[Path], errors: list[InputError]) -> None:
+    """`os.walk`'s top-down, sorted order, without its recursion (a deep tree is no RecursionError)
+    or its silence about the folders it cannot list."""
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError as exc:
+            errors.append(InputError(display(folder), f"cannot list this folder: {exc.strerror or exc}"))
+            continue
+        subfolders = []
+        for entry in entries:
+            found = folder / entry.name
+            if _is_folder(entry):
+                subfolders.append(found)
+                continue
+            rel = found.relative_to(top).as_posix()
+            if not _matches(rel, config.include) or _matches(rel, config.exclude):
+                continue
+            problem = _not_regular(found)
+            if problem is None:
+                files.append(found)
+            else:
+                errors.append(InputError(display(found), problem))
+        stack.extend(reversed(subfolders))
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    """A real folder (a symlink to one is not walked into)."""
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _not_regular(path: Path) -> str | None:
+    """Why a walked name that matches cannot be checked, or None for a regular file (symlinks followed)."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):  # a dangling link
+        return "not a regular file"
+    except OSError as exc:  # a symlink loop, a path over the OS's limit
+        return f"cannot read: {exc.strerror or exc}"
+    return None if stat.S_ISREG(mode) else "not a regular file"
 
 
 def display(path: Path) -> str:
@@ -143,9 +196,19 @@ def lint_static_bytes(data: bytes, artifact: str, config: Config) -> Report:
 
     try:
         findings, stats = lint_static(data, artifact, config)
-    except ReadError as exc:
-        return Report(errors=[InputError(artifact, str(exc))])
+    except (ReadError, OverflowError) as exc:
+        return Report(errors=[InputError(artifact, input_problem(exc))])
     return Report(findings=findings, stats=[stats])
+
+
+def input_problem(exc: ReadError | OverflowError) -> str:
+    """The one-line error of an artifact that could not be read. An OverflowError can only come
+    from the artifact's numbers (an integer too large for a float): the file is corrupt, qlint is not."""
+    if isinstance(exc, OverflowError):
+        from qlint.lowering import first_line
+
+        return f"corrupt artifact: a number out of range ({first_line(exc)})"
+    return str(exc)
 
 
 def lint_bytes(path: Path, data: bytes, artifact: str, config: Config, options: RunOptions) -> Report:
@@ -167,8 +230,8 @@ def lint_bytes(path: Path, data: bytes, artifact: str, config: Config, options: 
         program = read_pt2(data, ArchiveLimits.of(config.limits))
         sample = sample_inputs(program)
         _lint_or_fix(report, program, artifact, config, options, path.parent, path.stem, sample, [])
-    except ReadError as exc:
-        report.errors.append(InputError(artifact, str(exc)))
+    except (ReadError, OverflowError) as exc:
+        report.errors.append(InputError(artifact, input_problem(exc)))
     return report
 
 
@@ -324,10 +387,12 @@ def run(
     """Lint (or fix) everything, reported in the serial order.
 
     Targets and `.pte` files always run in a child process (`qlint.isolation`);
-    with `jobs > 1` so does every artifact, `jobs` at a time. A child that exits,
+    with `jobs > 1` so does every artifact, `workers(jobs, ...)` at a time. A child that exits,
     crashes, runs out of its memory budget or times out is one error naming its unit.
     """
     from concurrent.futures import ThreadPoolExecutor
+
+    from qlint.isolation import allow_children, stop_children
 
     options = options or RunOptions()
     work, errors = plan_work(paths, targets, config, shard)
@@ -345,10 +410,23 @@ def run(
             return answered[id(item)]
         return run_one(item, config, options, cache, isolate=jobs > 1, key=keys.get(id(item)))
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = pool.map(one, work) if jobs > 1 else map(one, work)
-        for done, (item, result) in enumerate(zip(work, results, strict=False), 1):
-            if progress:
-                progress(done, len(work), item.name)
-            report.extend(result)
+    allow_children()
+    with ThreadPoolExecutor(max_workers=workers(jobs, len(work))) as pool:
+        try:
+            results = pool.map(one, work) if jobs > 1 else map(one, work)
+            for done, (item, result) in enumerate(zip(work, results, strict=False), 1):
+                if progress:
+                    progress(done, len(work), item.name)
+                report.extend(result)
+        except KeyboardInterrupt:  # Ctrl-C: start nothing more, stop the running children, end now
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_children()
+            raise
     return report
+
+
+def workers(jobs: int, units: int) -> int:
+    """Threads (each waits on one child) for `--jobs`: no more than the units of work or the CPUs,
+    whatever was asked (`--jobs 1000000000` must not start a billion processes)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(jobs, units, cpus))

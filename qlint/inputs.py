@@ -30,7 +30,7 @@ def read_input(path: Path, limit: int, what: str = "file") -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ReadError(f"not a regular {what} ({_kind(info.st_mode)})")
+            raise ReadError(f"not a regular {what} ({file_kind(info.st_mode)})")
         if info.st_size > limit:
             raise ReadError(f"{what} is {info.st_size} bytes, over the {limit}-byte limit (limits in .qlint.yaml)")
         chunks, size = [], 0
@@ -49,17 +49,10 @@ def read_input(path: Path, limit: int, what: str = "file") -> bytes:
         os.close(fd)
 
 
-def regular_file(path: Path) -> bool:
-    """True for a regular file (symlinks followed), without opening it."""
-    try:
-        return stat.S_ISREG(path.stat().st_mode)
-    except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop
-        return False
-
-
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for an error line: `a FIFO`, `a symlink` (from lstat), ..."""
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink")):
         if test(mode):
             return name
     return "a special file"

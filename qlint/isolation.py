@@ -19,6 +19,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,10 @@ from qlint.findings import InputError, Report
 
 _PRELOAD = ["qlint._preload"]
 _context: Any = None
+# The children running now, and whether the run was interrupted (no new child then).
+_running: set[Any] = set()
+_lock = threading.Lock()
+_stopped = threading.Event()
 
 
 def _get_context() -> Any:
@@ -57,7 +62,13 @@ def run_isolated(function: Callable[..., Report], args: tuple[Any, ...], *, name
         target=_child, args=(sender, name, function, args, dict(os.environ), verbose, budget), daemon=True
     )
     timeout = limits.timeout_s
-    child.start()
+    with _lock:
+        if _stopped.is_set():
+            sender.close()
+            receiver.close()
+            return _error(name, "not started: the run was interrupted")
+        child.start()
+        _running.add(child)
     sender.close()
     try:
         if not receiver.poll(timeout):
@@ -75,6 +86,23 @@ def run_isolated(function: Callable[..., Report], args: tuple[Any, ...], *, name
         if child.is_alive():
             child.kill()
         child.join(10)
+        with _lock:
+            _running.discard(child)
+
+
+def stop_children() -> None:
+    """Kill every running child and start no more (Ctrl-C): the threads that wait on them
+    return at once instead of at the timeout, and the interrupted run can end."""
+    with _lock:
+        _stopped.set()
+        running = list(_running)
+    for child in running:
+        child.kill()
+
+
+def allow_children() -> None:
+    """A new run may start children again."""
+    _stopped.clear()
 
 
 def _exit_status(code: int | None) -> str:

@@ -1,14 +1,26 @@
-"""Writing files without ever leaving a partial one behind."""
+"""Writing files without ever leaving a partial one behind, or replacing what is not a file."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import signal
+import stat
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from qlint.inputs import file_kind
 
 # `.<name>.qlint-<pid>-<random>.tmp`: the pid says whether its writer still runs.
 _TEMP = re.compile(r"^\..+\.qlint-(?P<pid>\d+)-[^.]+\.tmp$")
+
+
+class NotAFile(OSError):
+    """An output path that holds a device, FIFO, socket or symlink: it is left as it is."""
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -17,24 +29,65 @@ def write_atomic(path: Path, data: bytes) -> None:
     A reader (or a killed writer) sees the old file or the new one, never a
     truncated file; the temp file is removed when anything fails, and the temp
     files that killed writers left in the folder are removed by the next write.
+    The target must be a regular file or absent (`ensure_replaceable`): a rename
+    would replace `/dev/null`, a FIFO or a symlink itself. Ctrl-C during the write
+    takes effect once the target is whole or untouched.
     """
     path = Path(path)
     folder = path.parent or Path(".")
+    ensure_replaceable(path)
     remove_stale_temps(folder)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.qlint-{os.getpid()}-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
+    with _interrupts_deferred():
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.qlint-{os.getpid()}-", suffix=".tmp", dir=folder)
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o644)
+            ensure_replaceable(path)  # again: the write may have taken a while
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+
+def ensure_replaceable(path: Path) -> None:
+    """Raise `NotAFile` (IsADirectoryError for a folder) unless `path` is a regular file or nothing.
+
+    A symlink is refused, not followed: an output path in a checkout can be a
+    link that a pull request planted, pointing at any file the CI user may write.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if not stat.S_ISREG(mode):
+        raise NotAFile(f"not a regular file ({file_kind(mode)}); qlint only creates or replaces regular files")
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold SIGINT while a temp file exists, then deliver it: an interrupted run leaves no temp file.
+
+    Only the main thread receives signals (and may set handlers); other threads are never interrupted.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+        if caught:
+            signal.raise_signal(signal.SIGINT)  # handled as it would have been: KeyboardInterrupt by default
 
 
 def remove_stale_temps(folder: Path) -> list[str]:

@@ -15,7 +15,9 @@ built with Model Explorer's own node-data classes, so they are what it loads.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,8 @@ from qlint.findings import Finding, Report
 FP32_SUFFIX = ".fp32.json"
 FINDINGS_SUFFIX = ".findings.json"
 _LABEL_CHARS = 100
+# Room for the longest suffix (`.findings.json`) in a 255-byte file name.
+_STEM_BYTES = 255 - len(FINDINGS_SUFFIX)
 
 
 class OverlayUnavailable(Exception):
@@ -45,9 +49,9 @@ def overlay_files(report: Report) -> dict[str, str]:
         raise OverlayUnavailable("Model Explorer is not installed: pip install 'qlint[model-explorer]'") from None
 
     files: dict[str, str] = {}
-    for stats in report.stats:
-        if not stats.artifact.endswith((".pt2", ".pte")):
-            continue
+    shown = [stats for stats in report.stats if stats.artifact.endswith((".pt2", ".pte"))]
+    stems = file_stems([stats.artifact for stats in shown])
+    for stats in shown:
         elements, labels = node_values([f for f in report.findings if f.artifact == stats.artifact])
         fp32 = GraphNodeData(
             name="qlint: fp32 elements per inference",
@@ -59,7 +63,7 @@ def overlay_files(report: Report) -> dict[str, str]:
             results={node: NodeDataResult(value=label) for node, label in labels.items()},
             showExpandedSummaryOnGroupNode=True,
         )
-        stem = file_stem(stats.artifact)
+        stem = stems[stats.artifact]
         files[stem + FP32_SUFFIX] = ModelNodeData(graphsData={stats.graph: fp32}).to_json_string(indent=2)
         files[stem + FINDINGS_SUFFIX] = ModelNodeData(graphsData={stats.graph: rules}).to_json_string(indent=2)
     return files
@@ -93,12 +97,36 @@ def file_stem(artifact: str) -> str:
     return re.sub(r"[^\w.-]+", "_", artifact).strip("._") or "artifact"
 
 
+def file_stems(artifacts: list[str]) -> dict[str, str]:
+    """Artifact -> its overlay file stem, one per artifact: `file_stem`, unless two artifacts flatten
+    to one name (`a/b.pt2`, `a_b.pt2`; `A.pt2`, `a.pt2` on a case-insensitive disk) or the name is
+    too long for a file system. Those get a short hash of their path, so each keeps its own files
+    and the names do not depend on the order of the inputs."""
+    flat = {artifact: file_stem(artifact) for artifact in artifacts}
+    taken = Counter(stem.casefold() for stem in flat.values())
+    return {
+        artifact: stem if taken[stem.casefold()] == 1 and len(stem.encode()) <= _STEM_BYTES else _hashed(artifact, stem)
+        for artifact, stem in flat.items()
+    }
+
+
+def _hashed(artifact: str, stem: str) -> str:
+    """`stem-<8 hex of the path's sha256>`, the stem cut from the left to fit (its end names the file)."""
+    digest = hashlib.sha256(artifact.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    tail = stem.encode()[-(_STEM_BYTES - 9):].decode("utf-8", "ignore")
+    return f"{tail}-{digest}"
+
+
 def write_overlays(report: Report, folder: Path) -> list[Path]:
-    """Write each overlay atomically into `folder` (created when missing); the paths written."""
+    """Write each overlay atomically into `folder` (created when missing); the paths written.
+    A file that cannot be written raises an OSError naming it."""
     from qlint.output import write_atomic
 
     written = []
     for name, text in overlay_files(report).items():
-        write_atomic(folder / name, (text + "\n").encode())
+        try:
+            write_atomic(folder / name, (text + "\n").encode())
+        except OSError as exc:
+            raise OSError(f"{name}: {exc.strerror or exc}") from None
         written.append(folder / name)
     return written
