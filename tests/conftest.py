@@ -132,3 +132,16 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 def run_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
     code, out, _ = run_cli([*args, "--output-format", "json"], capsys)
     return code, json.loads(out)
+
+
+# Runs qlint in a fresh interpreter and prints its peak memory on stderr (`MAXRSS_KB=`).
+# VmHWM, not getrusage: Linux carries the parent's peak into a vfork-spawned child's ru_maxrss,
+# so a large pytest process would be measured instead of qlint.
+PROBE = (
+    "import sys\n"
+    "from qlint.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "[hwm] = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"
+    "print(f'MAXRSS_KB={hwm}', file=sys.stderr)\n"
+    "raise SystemExit(code)\n"
+)

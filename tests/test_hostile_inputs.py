@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import PROBE, ROOT, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,18 +31,6 @@ EXAMPLE = ROOT / "examples" / "attention.pt2"
 GiB = 1 << 30
 FUZZ = settings(max_examples=25, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-
-# Runs qlint in a fresh interpreter and reports that interpreter's peak memory.
-# VmHWM, not getrusage: Linux carries the parent's peak into a vfork-spawned child's ru_maxrss,
-# so a large pytest process would be measured instead of qlint.
-PROBE = (
-    "import sys\n"
-    "from qlint.cli import main\n"
-    "code = main(sys.argv[1:])\n"
-    "[hwm] = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"
-    "print(f'MAXRSS_KB={hwm}', file=sys.stderr)\n"
-    "raise SystemExit(code)\n"
-)
 
 
 class Payload:

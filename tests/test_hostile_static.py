@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import PROBE, ROOT, run_cli
 
 EXAMPLE = ROOT / "examples" / "attention.pt2"
 PREFIX = "attention"
@@ -124,16 +124,6 @@ def attention_island(program: Program) -> str:
     return program.quantize(program.div(program.pair("q", 0.12, zero_point=-7)), 0.03, zero_point=-7)
 
 
-PROBE = (
-    "import sys\n"
-    "from qlint.cli import main\n"
-    "code = main(sys.argv[1:])\n"
-    "[hwm] = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"
-    "print(f'MAXRSS_KB={hwm}', file=sys.stderr)\n"
-    "raise SystemExit(code)\n"
-)
-
-
 def _limits() -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
 
@@ -196,18 +186,12 @@ def twice_defined(program: Program) -> None:
     program.node("torch.ops.aten.neg.default", {"self": ref("q")}, name="n1")
 
 
-@pytest.mark.parametrize(("build", "message"), [
+GRAPHS: list[tuple[Callable[[Program], None], str]] = [
     (cast_cycle, "corrupt models/model.json: node 'a' reads 'b', which no earlier node defines"),
     (shape_cycle, "corrupt models/model.json: node 'x' reads 'y', which no earlier node defines"),
     (self_view, "corrupt models/model.json: node 'x' reads 'x', which no earlier node defines"),
     (twice_defined, "corrupt models/model.json: tensor 'n1' is defined twice"),
-])
-def test_a_graph_torch_would_not_deserialize_is_refused_by_both_tiers(
-    build: Callable[[Program], None], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    program = Program()
-    build(program)
-    assert both_refuse(program.write(tmp_path / "crafted.pt2"), capsys) == message
+]
 
 
 # -- qparams no kernel runs: never an identity verdict ------------------------------------------
@@ -221,7 +205,7 @@ def island_with(**quantize: Any) -> Callable[[Program], None]:
     return build
 
 
-@pytest.mark.parametrize(("build", "message"), [
+QPARAMS: list[tuple[Callable[[Program], None], str]] = [
     (island_with(low=127, high=-128), "node 'n4' has the range [127, -128], not inside int8's [-128, 127] "
                                       "with quant_min <= quant_max"),
     (island_with(low=-(1 << 23), high=(1 << 23) - 1, dtype=INT16, zero_point=0),
@@ -235,13 +219,7 @@ def island_with(**quantize: Any) -> Callable[[Program], None]:
     (island_with(dtype=99), "corrupt models/model.json: tensor 'n4' has dtype code 99, which torch does not define"),
     (island_with(zero_point=1 << 70),
      "corrupt models/model.json: holds an integer outside int64 (22 digits)"),
-])
-def test_invalid_qparams_get_no_verdict_in_either_tier(
-    build: Callable[[Program], None], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    program = Program()
-    build(program)
-    assert both_refuse(program.write(tmp_path / "crafted.pt2"), capsys) == message
+]
 
 
 # -- payloads torch reads otherwise than their graph says ---------------------------------------
@@ -260,7 +238,7 @@ def buffer(payload: bytes | None = None, graph: dict[str, Any] | None = None, **
 FOUR = struct.pack("<f", 4.0)
 
 
-@pytest.mark.parametrize(("build", "message"), [
+PAYLOADS: list[tuple[Callable[[Program], None], str]] = [
     (buffer(struct.pack("<e", 4.0) * 2, dtype=FLOAT16),
      "'_tensor_constant0' is declared float32 [1, 1, 1] in the graph and stored as float16 [1, 1, 1]"),
     (buffer(b""),
@@ -281,13 +259,7 @@ FOUR = struct.pack("<f", 4.0)
      "elements"),
     (buffer(dtype=99), "corrupt models/model.json: weight '_tensor_constant0' has dtype code 99, which torch does "
                        "not define"),
-])
-def test_a_payload_torch_reads_otherwise_is_refused_by_both_tiers(
-    build: Callable[[Program], None], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    program = Program()
-    build(program)
-    assert both_refuse(program.write(tmp_path / "crafted.pt2"), capsys) == message
+]
 
 
 def test_an_enormous_full_is_refused_before_anything_is_built(
@@ -367,3 +339,12 @@ def test_a_graph_past_the_limits_is_refused_before_it_is_parsed(
     for i in range(users):
         program.quantize(dq, 0.1 + i * 1e-6)
     assert both_refuse(program.write(tmp_path / "fan.pt2"), capsys).endswith(limit)
+
+
+@pytest.mark.parametrize(("build", "message"), [*GRAPHS, *QPARAMS, *PAYLOADS])
+def test_a_program_torch_would_refuse_is_refused_by_both_tiers_in_one_line(
+    build: Callable[[Program], None], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = Program()
+    build(program)
+    assert both_refuse(program.write(tmp_path / "crafted.pt2"), capsys) == message
