@@ -78,6 +78,8 @@ class Limits:
     graph_objects: float = 400_000  # JSON objects and lists in a `.pt2`'s program (~9,000 nodes): its memory
     timeout_s: float = 900      # one target (export, quantization, checks), .pte or, with --jobs, artifact
     memory_mb: float = 4096     # what such a child process may allocate on top of the loaded stack
+    pte_instructions: float = 100_000  # instructions a .pte runs, counted before it is decoded
+    pte_entries: float = 500_000       # tables a .pte declares (values, instructions, ...) + values they read
 
     @property
     def file_bytes(self) -> int:
@@ -370,7 +372,8 @@ fold:
   require_equal_qrange: true   # input and output quantize must share dtype and clamp range
 
 # What one input may cost; over a limit it is an error naming the input (exit 2).
-# limits: {file_mb: 64, entry_mb: 32, tensor_mb: 256, graph_objects: 400000, timeout_s: 900, memory_mb: 4096}
+# limits: {file_mb: 64, entry_mb: 32, tensor_mb: 256, graph_objects: 400000, timeout_s: 900, memory_mb: 4096,
+#          pte_instructions: 100000, pte_entries: 500000}
 
 # Model factories checked without artifacts: `package.module:function` returning
 # (module, example_inputs) or (module, example_inputs, calibration_inputs).

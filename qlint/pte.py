@@ -28,7 +28,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from qlint import backend
-from qlint.config import Config
+from qlint.config import Config, Limits
 from qlint.findings import ArtifactStats, Finding, PlanMemory
 from qlint.inputs import ReadError
 
@@ -40,6 +40,7 @@ _SCALAR_TYPES = {
 _MAX_DIMS = 16
 _ARENA = 1      # memory id of the planned activation arena (0 is reserved)
 _FLOAT32 = 6
+_LISTS = frozenset({"IntList", "DoubleList", "BoolList", "TensorList", "OptionalTensorList"})  # value types with items
 
 
 class _Malformed(ReadError):
@@ -55,21 +56,78 @@ def _dtype(code: int) -> Any:
     return getattr(torch, name)
 
 
-def load_pte(data: bytes) -> Any:
-    """A deserialized program from the bytes of a .pte."""
+def load_pte(data: bytes, limits: Limits) -> Any:
+    """A deserialized program from the bytes of a .pte, refused unread when it declares more
+    than `limits` allow."""
+    return _load(data, _Budget(limits))
+
+
+def _load(data: bytes, budget: _Budget) -> Any:
     if len(data) < 8 or data[4:6] != b"ET":  # flatbuffer file identifier, e.g. "ET12"
         raise ReadError("not a valid .pte program: no ExecuTorch file identifier")
     backend.load()
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     try:
+        _declared(data, budget)
         return deserialize_pte_binary(data).program
-    except MemoryError:
-        raise  # the child's memory budget, reported as such
+    except (MemoryError, ReadError):
+        raise  # the child's memory budget, or a limit, reported as such
     except Exception as exc:
         from qlint.lowering import first_line
 
         raise ReadError(f"not a valid .pte program: {first_line(exc)}") from None
+
+
+def _declared(data: bytes, budget: _Budget) -> None:
+    """Count the tables the flatbuffer declares, through its lazy accessors, before anything
+    decodes it: decoding costs time and memory per table, and a few MB declare millions."""
+    from executorch.exir._serialize._flatbuffer_program import _patch_generated_flatbuffer_aliases
+    from executorch.exir._serialize.generated.executorch_flatbuffer.Program import Program
+
+    _patch_generated_flatbuffer_aliases()  # as ExecuTorch's decoder does: the generated tables name modules
+    root = Program.GetRootAs(data, 0)
+    budget.declare(root.ExecutionPlanLength() + root.ConstantBufferLength() + root.BackendDelegateDataLength()
+                 + root.SegmentsLength() + root.MutableDataSegmentsLength() + root.NamedDataLength())
+    for i in range(root.ExecutionPlanLength()):  # bounded: each plan was counted
+        plan = root.ExecutionPlan(i)
+        budget.declare(plan.ValuesLength() + plan.OperatorsLength() + plan.DelegatesLength() + plan.ChainsLength()
+                     + plan.NonConstBufferDeviceLength())
+        for j in range(plan.ChainsLength()):
+            chain = plan.Chains(j)
+            budget.instructions(chain.InstructionsLength())
+            budget.declare(chain.InstructionsLength() + chain.StacktraceLength())
+
+
+class _Budget:
+    """What reading one .pte may visit (`limits.pte_instructions`, `limits.pte_entries`): one
+    error line naming the limit instead of minutes of decoding and rebuilding."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.entries = self.declared_instructions = 0
+
+    def instructions(self, count: int) -> None:
+        self.declared_instructions += count
+        if self.declared_instructions > self.limits.pte_instructions:
+            raise ReadError(f"declares over {int(self.limits.pte_instructions)} instructions "
+                            "(limits.pte_instructions in .qlint.yaml)")
+
+    def declare(self, count: int) -> None:
+        if self.over(count):
+            raise ReadError(f"declares over {int(self.limits.pte_entries)} values, instructions and other tables "
+                            "(limits.pte_entries in .qlint.yaml)")
+
+    def read(self, count: int) -> None:
+        """Values about to be read: one list can be an argument of every instruction, so they are
+        counted as the instructions read them, not as the file stores them."""
+        if self.over(count):
+            raise ReadError(f"its tables and the values its instructions read, list items one by one, are over "
+                            f"{int(self.limits.pte_entries)} entries (limits.pte_entries in .qlint.yaml)")
+
+    def over(self, count: int) -> bool:
+        self.entries += count
+        return self.entries > self.limits.pte_entries
 
 
 @cache
@@ -127,10 +185,11 @@ def _strides(sizes: list[int], dim_order: list[int]) -> list[int]:
 class _PlanReader:
     """Builds one fx graph from one execution plan; raises ReadError on anything malformed."""
 
-    def __init__(self, program: Any, plan: Any) -> None:
+    def __init__(self, program: Any, plan: Any, budget: _Budget) -> None:
         from torch.fx import Graph
 
         self.program, self.plan = program, plan
+        self.budget = budget
         self.graph = Graph()
         self.env: dict[int, Any] = {}
         self.buffers: dict[str, Any] = {}
@@ -158,9 +217,12 @@ class _PlanReader:
     def meta(self, val: Any) -> Any:
         import torch
 
-        sizes, dim_order = [int(s) for s in val.sizes], [int(d) for d in val.dim_order]
-        if len(sizes) > _MAX_DIMS or any(s < 0 for s in sizes):
-            raise _Malformed(f"invalid tensor sizes {sizes[:_MAX_DIMS]}")
+        if len(val.sizes) > _MAX_DIMS:  # measured before converting: every instruction may name this tensor
+            raise _Malformed(f"a tensor of {len(val.sizes)} dimensions")
+        sizes = [int(s) for s in val.sizes]
+        dim_order = [int(d) for d in val.dim_order] if len(val.dim_order) == len(sizes) else []
+        if any(s < 0 for s in sizes):
+            raise _Malformed(f"invalid tensor sizes {sizes}")
         if sorted(dim_order) != list(range(len(sizes))):
             dim_order = list(range(len(sizes)))  # older programs leave it empty: contiguous
         return torch.empty_strided(sizes, _strides(sizes, dim_order), dtype=_dtype(int(val.scalar_type)), device="meta")
@@ -248,6 +310,8 @@ class _PlanReader:
             return bool(val.bool_val)
         if name == "String":
             return str(val.string_val)
+        if name in _LISTS:
+            self.budget.read(len(val.items))
         if name == "IntList":
             return [int(self.value(i).int_val) for i in val.items]
         if name in ("DoubleList", "BoolList"):
@@ -271,6 +335,7 @@ class _PlanReader:
         operator = self.plan.operators[call.op_index]
         schema, functional = _operator(operator.name, operator.overload)
         args = list(call.args)
+        self.budget.read(len(args))
         if not args:
             raise _Malformed(f"{operator.name} called with no arguments")
         *inputs, returned = args
@@ -298,6 +363,7 @@ class _PlanReader:
         # The id Model Explorer's .pte adapter gives this instruction: `<plan>_<chain>_<index>`.
         node.meta["instruction_id"] = f"{self.plan.name}_0_{self.step - 1}"
         if type(result).__name__ == "TensorList":
+            self.budget.read(len(result.items))
             node.meta["val"] = tuple(self.meta(self.tensor_value(i)) for i in result.items)
             for position, out in enumerate(result.items):
                 item = self.graph.call_function(pyop.getitem, (node, position))
@@ -342,6 +408,7 @@ class _PlanReader:
         return PlanMemory(artifact, arena, series, peak)
 
     def read(self) -> Any:
+        self.budget.read(len(self.plan.inputs) + len(self.plan.outputs))
         for index in self.plan.inputs:
             self.touch(index)
             self.placeholder(index)
@@ -358,6 +425,7 @@ class _PlanReader:
             if kind == "KernelCall":
                 self.kernel_call(call)
             elif kind == "MoveCall":
+                self.budget.read(2)
                 self.env[call.move_to] = self.tensor(call.move_from)
                 self.touch(call.move_to)
             elif kind != "FreeCall":
@@ -408,18 +476,15 @@ def _plan(program: Any) -> Any:
     return plans[0]
 
 
-def program_view(program: Any) -> Any:
+def program_view(program: Any, limits: Limits | None = None) -> Any:
     """A GraphView over the execution plan of a deserialized program."""
-    return _read(program)[0]
+    return _read(program, _Budget(limits or Limits()))[0]
 
 
-def _read(program: Any) -> tuple[Any, _PlanReader]:
-    import torch
-    from torch.fx import GraphModule
-
+def _read(program: Any, budget: _Budget) -> tuple[Any, _PlanReader]:
     from qlint.graph_view import GraphView
 
-    reader = _PlanReader(program, _plan(program))
+    reader = _PlanReader(program, _plan(program), budget)
     try:
         graph = reader.read()
         _check_shapes(graph)
@@ -433,9 +498,10 @@ def _read(program: Any) -> tuple[Any, _PlanReader]:
         from qlint.lowering import first_line
 
         raise ReadError(f"not a valid .pte program: {type(exc).__name__}: {first_line(exc)}") from None
-    module = GraphModule(torch.nn.Module(), graph)
+    # The graph is only read, never called: a GraphModule would generate and compile Python
+    # source for it, a line per node (seconds and hundreds of MB for 50,000 instructions).
     shim = SimpleNamespace(
-        graph_module=module,
+        graph_module=SimpleNamespace(graph=graph),
         graph=graph,
         graph_signature=SimpleNamespace(
             inputs_to_parameters={},
@@ -462,7 +528,8 @@ def lint_pte(data: bytes, artifact: str, config: Config) -> LintedPte:
     """Run the rules on the program a `.pte` ships (already lowered: nothing to lower)."""
     from qlint.checks import run_rules
 
-    view, reader = _read(load_pte(data))
+    budget = _Budget(config.limits)  # what the file declares, then what its instructions read
+    view, reader = _read(_load(data, budget), budget)
     linted = run_rules(view, artifact, config)
     return LintedPte(linted.findings, linted.stats, reader.memory(artifact))
 
