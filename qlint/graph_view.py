@@ -198,6 +198,9 @@ def constant_inputs(signature: Any) -> dict[str, tuple[ConstantKind, str]]:
 # The most one computed constant may hold: a mask or a filled scale is small, and an
 # untrusted program may ask `aten.full` for any size.
 MAX_COMPUTED_BYTES = 16 << 20
+# The most all computed constants may read and write together: an untrusted program may apply a
+# cheap op to one large constant tens of thousands of times (minutes of compute in a 2 MB .pte).
+MAX_COMPUTED_TOTAL_BYTES = 256 << 20
 
 
 def recorded_bytes(node: Node) -> float:
@@ -235,8 +238,31 @@ def computed_constants(program: Any, trusted_shapes: bool) -> dict[Node, torch.T
         n.target for n in calls
         if (n.target is not operator.getitem and not known_operator(n)) or recorded_bytes(n) > MAX_COMPUTED_BYTES
     }
+    skip |= _costliest(program, calls, skip)
     values = get_propagated_const_tensor_dict(program, skip)
     return {n: v for n, v in values.items() if n.op == "call_function" and isinstance(v, torch.Tensor)}
+
+
+def _costliest(program: Any, calls: list[Node], skip: set[Any]) -> set[Any]:
+    """The ops left uncomputed so that the others read and write at most MAX_COMPUTED_TOTAL_BYTES
+    together, costliest first: an op costs the recorded inputs and outputs of its nodes that no
+    runtime input reaches (the nodes constant propagation would run)."""
+    from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_dict
+
+    constant: set[Node] = set(get_constant_placeholder_dict(program))
+    cost: dict[Any, float] = {}
+    for node in calls:
+        if node.target in skip or not all(arg in constant for arg in node.all_input_nodes):
+            continue
+        constant.add(node)
+        read = sum(recorded_bytes(arg) for arg in node.all_input_nodes)
+        cost[node.target] = cost.get(node.target, 0.0) + read + recorded_bytes(node)
+    left, total = set(), 0.0
+    for target, bytes_ in sorted(cost.items(), key=lambda item: item[1]):
+        total += bytes_
+        if total > MAX_COMPUTED_TOTAL_BYTES:
+            left.add(target)
+    return left
 
 
 class GraphView:
