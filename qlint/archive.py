@@ -65,11 +65,13 @@ class ArchiveLimits:
 
 @dataclass
 class Pt2Archive:
-    """A checked `.pt2`: its entries (relative to the archive's folder) and its program."""
+    """A checked `.pt2`: its entries (relative to the archive's folder), its program, and its
+    weights and constants configs (`weights`/`constants` -> FQN -> payload entry)."""
 
     prefix: str
     entries: dict[str, bytes]
     program: dict[str, Any]
+    configs: dict[str, dict[str, Any]]
 
     @property
     def sample_inputs(self) -> bytes:
@@ -182,8 +184,8 @@ def parse_pt2(data: bytes, limits: ArchiveLimits) -> Pt2Archive:
                         "limit (graph_objects, about 9,000 nodes; limits in .qlint.yaml)")
     program = _json(entries[MODEL], MODEL)
     validate_program_json(program, limits)
-    check_payloads(program, configs, {name.removeprefix("data/"): body for name, body in entries.items()})
-    return Pt2Archive(prefix, entries, program)
+    check_payloads(program, configs, entries)
+    return Pt2Archive(prefix, entries, program, configs)
 
 
 def _json(body: bytes, name: str) -> Any:

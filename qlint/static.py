@@ -30,7 +30,7 @@ from qlint.findings import ArtifactStats, Finding, Location
 from qlint.guards import blocked_guards
 from qlint.inputs import ReadError
 from qlint.source import locate
-from qlint.wellformed import SCALAR_TYPES
+from qlint.wellformed import LIFTED, SCALAR_TYPES, qparams_problem
 
 RULES = ("QL001", "QL004")
 DQ = "quantized_decomposed.dequantize_per_tensor.default"
@@ -138,7 +138,7 @@ class StaticGraph:
         self.payloads = _payloads(archive)
         self.tensors = tensors
         self._uniform: dict[str, Uniform | Unknown | None] = {}
-        self.island_ends: dict[int, StaticNode | None] = {}   # `_island_end`'s answers, by node
+        self.island_ends: dict[StaticNode, StaticNode | None] = {}   # `_island_end`'s answers
         # One pass in graph order, no recursion (a crafted graph may be deep or cyclic): a node is
         # runtime when an operand is a program input, a runtime node, or not defined before it.
         self.runtime: set[str] = {name for name, spec in self.placeholders.items() if spec is None}
@@ -162,11 +162,10 @@ class StaticGraph:
                 name = arg["as_tensor"].get("name")
             if not isinstance(name, str):
                 return
-        fqn = {"parameter": "parameter_name", "buffer": "buffer_name", "tensor_constant": "tensor_constant_name"}
-        if kind in fqn:
+        if kind in LIFTED:
             constant_kind = {"parameter": ConstantKind.PARAMETER, "buffer": ConstantKind.BUFFER,
                              "tensor_constant": ConstantKind.CONSTANT}[kind]
-            self.placeholders[name] = (constant_kind, str(body.get(fqn[kind])))
+            self.placeholders[name] = (constant_kind, str(body.get(LIFTED[kind])))
         else:
             self.placeholders[name] = None  # a runtime input
 
@@ -324,11 +323,8 @@ def _dtype(meta: Any) -> str | None:
 
 def _payloads(archive: Pt2Archive) -> dict[str, tuple[bytes, dict[str, Any]]]:
     """FQN -> raw bytes and tensor_meta of every weight and constant, as the archive reader checked them."""
-    import json
-
     found: dict[str, tuple[bytes, dict[str, Any]]] = {}
-    for kind in ("weights", "constants"):
-        config = json.loads(archive.entries[f"data/{kind}/model_{kind}_config.json"]).get("config") or {}
+    for kind, config in archive.configs.items():
         for fqn, payload in config.items():
             found[fqn] = (archive.entries[f"data/{kind}/{payload['path_name']}"], payload["tensor_meta"])
     return found
@@ -396,15 +392,14 @@ def _evaluate(graph: StaticGraph, node: StaticNode) -> Uniform | None:
 def qparams(node: StaticNode) -> QParams | None:
     """The literal qparams of a per-tensor quantize or dequantize node."""
     args = node.args[1:6]
-    if len(args) != 5 or isinstance(args[0], bool) or not isinstance(args[0], float | int) or not all(
-        isinstance(a, int) and not isinstance(a, bool) for a in args[1:4]
-    ) or not args[0] > 0 or not math.isfinite(args[0]):
+    if len(args) != 5:
         return None
-    dtype = args[4][1] if isinstance(args[4], tuple) else None
-    name = SCALAR_TYPES[dtype][0] if isinstance(dtype, int) and dtype in SCALAR_TYPES else ""
-    if name not in INT_RANGES:
+    scale, zero_point, qmin, qmax, dtype = args
+    code = dtype[1] if isinstance(dtype, tuple) else None
+    name = SCALAR_TYPES[code][0] if isinstance(code, int) and code in SCALAR_TYPES else ""
+    if name not in INT_RANGES or None in (scale, zero_point) or qparams_problem(scale, zero_point, qmin, qmax, name):
         return None
-    return QParams(float(args[0]), int(args[1]), int(args[2]), int(args[3]), name)
+    return QParams(float(scale), zero_point, qmin, qmax, name)
 
 
 Step = tuple[StaticNode, str, StaticConstant, float | None]   # node, op, constant, its value (None: unknown)
@@ -464,8 +459,8 @@ def _island_end(graph: StaticGraph, start: StaticNode) -> StaticNode | None:
     path: list[StaticNode] = []
     current, end = start, None
     while True:
-        if id(current) in graph.island_ends:
-            end = graph.island_ends[id(current)]
+        if current in graph.island_ends:
+            end = graph.island_ends[current]
             break
         path.append(current)
         if all(user.op == Q for user in current.users):
@@ -477,7 +472,7 @@ def _island_end(graph: StaticGraph, start: StaticNode) -> StaticNode | None:
             break
         current = following
     for node in path:
-        graph.island_ends[id(node)] = end
+        graph.island_ends[node] = end
     return end
 
 

@@ -42,6 +42,8 @@ QUANT_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "i
                 "int32": (-(1 << 31), (1 << 31) - 1)}
 # Argument kinds that name tensors.
 _TENSOR_ARGS = ("as_tensor", "as_tensors", "as_optional_tensor", "as_optional_tensors")
+# Input spec kinds that lift a stored tensor, and the field naming its FQN.
+LIFTED = {"parameter": "parameter_name", "buffer": "buffer_name", "tensor_constant": "tensor_constant_name"}
 
 
 def check_program(program: dict[str, Any], tensor_bytes: int) -> None:
@@ -74,15 +76,15 @@ def check_program(program: dict[str, Any], tensor_bytes: int) -> None:
                 raise ReadError(f"corrupt {MODEL}: the graph returns {_short(name)}, which no node defines")
 
 
-def check_payloads(program: dict[str, Any], configs: dict[str, dict[str, Any]], payloads: dict[str, bytes]) -> None:
+def check_payloads(program: dict[str, Any], configs: dict[str, dict[str, Any]], entries: dict[str, bytes]) -> None:
     """Each lifted tensor as torch's loader reads it (`_build_file_map` and `as_strided`), and its
     placeholder's declared dtype and sizes the same; `configs` maps weights/constants to their
-    config mapping, `payloads` a payload path (`weights/weight_0`) to its bytes."""
+    config mapping, `entries` are the archive's (`data/weights/weight_0` -> bytes)."""
     declared: dict[str, Any] = {}
     for kind, config in configs.items():
         for fqn, payload in config.items():
             meta = payload["tensor_meta"]
-            _check_view(f"{kind[:-1]} {_short(fqn)}", meta, payloads[f"{kind}/{payload['path_name']}"])
+            _check_view(f"{kind[:-1]} {_short(fqn)}", meta, entries[f"data/{kind}/{payload['path_name']}"])
             declared[fqn] = meta
     graph = program["graph_module"]["graph"]
     tensors = _field(graph, "tensor_values", dict)
@@ -196,7 +198,7 @@ def qparams_problem(scale: Any, zero_point: Any, qmin: Any, qmax: Any, dtype: st
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float)
                               or not math.isfinite(scale) or scale <= 0):
         return f"has the scale {str(scale)[:40]}; a quantize needs a finite positive scale"
-    if zero_point is not None and not (isinstance(zero_point, int) and qmin <= zero_point <= qmax):
+    if zero_point is not None and not (type(zero_point) is int and qmin <= zero_point <= qmax):
         return f"has the zero point {str(zero_point)[:40]}, outside its range [{qmin}, {qmax}]"
     return None
 
@@ -247,7 +249,7 @@ def _lifted(spec: Any) -> tuple[str, str] | None:
     if not isinstance(spec, dict) or len(spec) != 1:
         return None
     (kind, body), = spec.items()
-    key = {"parameter": "parameter_name", "buffer": "buffer_name", "tensor_constant": "tensor_constant_name"}.get(kind)
+    key = LIFTED.get(kind)
     if key is None or not isinstance(body, dict):
         return None
     arg = body.get("arg")
