@@ -233,15 +233,21 @@ class StaticGraph:
             dtype = np.dtype(name).newbyteorder("<") if name else None
         except TypeError:
             dtype = None  # bfloat16, float8: numpy has no such dtype
+        unread = Unknown("is held in a payload or view the static tier does not read (over 16 MiB or of a "
+                         "dtype it does not decode)")
         if payload is None or dtype is None or len(payload) > _MAX_CONSTANT_BYTES:
-            return Unknown("is held in a payload the static tier does not read (over 16 MiB or of a "
-                           "dtype it does not decode)")
+            return unread
         sizes = [_int(v) for v in meta["sizes"]]
-        strides = [_int(v) * dtype.itemsize for v in meta["strides"]]
         if math.prod(sizes) == 0:
             return None
+        # A stride-0 dimension repeats what it holds (an expanded view): one copy decides, and the
+        # elements compared stay within the bound however large the view declares itself.
+        kept = [(size, _int(stride)) for size, stride in zip(sizes, meta["strides"], strict=True) if _int(stride)]
+        if math.prod(size for size, _ in kept) * dtype.itemsize > _MAX_CONSTANT_BYTES:
+            return unread
         flat = np.frombuffer(payload, dtype=dtype)[_int(meta["storage_offset"]):]
-        values = np.lib.stride_tricks.as_strided(flat, shape=sizes, strides=strides).ravel()
+        values = np.lib.stride_tricks.as_strided(
+            flat, shape=[size for size, _ in kept], strides=[stride * dtype.itemsize for _, stride in kept]).ravel()
         first = values[0]
         if dtype.kind == "f" and np.isnan(first):
             return None

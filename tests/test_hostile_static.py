@@ -348,3 +348,15 @@ def test_a_program_torch_would_refuse_is_refused_by_both_tiers_in_one_line(
     program = Program()
     build(program)
     assert both_refuse(program.write(tmp_path / "crafted.pt2"), capsys) == message
+
+
+def test_an_expanded_view_of_one_element_is_read_as_that_element(tmp_path: Path) -> None:
+    """A float64 buffer of 8 bytes viewed with stride 0 as 2^25 - 4096 elements (just under
+    `tensor_mb`): the static tier compares one element, not a 256 MiB copy of the view. A constant
+    of that many elements is no per-tensor scale, so the island is the full check's (no finding)."""
+    sizes = [{"as_int": (1 << 25) - 4096}, {"as_int": 1}, {"as_int": 1}]
+    program = Program()
+    buffer(struct.pack("<d", 4.0), graph={"dtype": FLOAT64, "sizes": sizes}, dtype=FLOAT64, sizes=sizes,
+           strides=[{"as_int": 0}, {"as_int": 0}, {"as_int": 0}])(program)
+    code, report, _ = static(program.write(tmp_path / "expanded.pt2"))
+    assert (code, report["errors"], report["findings"]) == (0, [], [])
