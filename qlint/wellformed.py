@@ -66,7 +66,7 @@ def check_program(program: dict[str, Any], tensor_bytes: int) -> None:
             if isinstance(arg, dict) and "as_scalar_type" in arg:
                 scalar_type(arg["as_scalar_type"], label)
         _check_qparams(node, label)
-        _check_size(node, label, tensor_bytes)
+        _check_size(node, label, tensor_bytes, tensors)
         for output in _field(node, "outputs", list):
             for name in _tensor_names(output):
                 _define(name, defined, tensors)
@@ -203,16 +203,21 @@ def qparams_problem(scale: Any, zero_point: Any, qmin: Any, qmax: Any, dtype: st
     return None
 
 
-def _check_size(node: dict[str, Any], label: str, tensor_bytes: int) -> None:
-    """A `size` argument builds that many elements (`aten.full`): the tensor limit holds for it too."""
+def _check_size(node: dict[str, Any], label: str, tensor_bytes: int, tensors: dict[str, Any]) -> None:
+    """A `size` argument builds that many elements (`aten.full`) of its output's dtype (a byte
+    each when that is not declared): the tensor limit holds for it too."""
     sizes = _literal(_arguments(node).get("size"), "as_ints")
     if not isinstance(sizes, list):
         return
+    outputs = [name for output in _field(node, "outputs", list) for name in _tensor_names(output)]
+    meta = tensors.get(outputs[0]) if outputs else None
+    code = meta.get("dtype") if isinstance(meta, dict) else None
+    itemsize = SCALAR_TYPES[code][1] if isinstance(code, int) and code in SCALAR_TYPES else 1
     elements = 1
     for size in sizes:
         if isinstance(size, int) and size > 0:
             elements *= size
-        if elements * 8 > tensor_bytes:
+        if elements * itemsize > tensor_bytes:
             raise ReadError(f"{label} builds a tensor of over {tensor_bytes} bytes (limits in .qlint.yaml)")
 
 

@@ -360,3 +360,14 @@ def test_an_expanded_view_of_one_element_is_read_as_that_element(tmp_path: Path)
            strides=[{"as_int": 0}, {"as_int": 0}, {"as_int": 0}])(program)
     code, report, _ = static(program.write(tmp_path / "expanded.pt2"))
     assert (code, report["errors"], report["findings"]) == (0, [], [])
+
+
+def test_a_full_inside_the_tensor_limit_by_its_own_dtype_is_read(tmp_path: Path) -> None:
+    """40,000,000 float32 elements are 160 MB: inside `tensor_mb` (at 8 bytes each they would not be)."""
+    program = Program()
+    source = program.pair("q", 0.12, zero_point=-7)
+    scale = program.node("torch.ops.aten.full.default", {"size": {"as_ints": [40_000_000]},
+                                                         "fill_value": {"as_float": 4.0}}, sizes=(1, 1, 1))
+    program.quantize(program.div(source, scale), 0.03, zero_point=-7)
+    code, report, _ = static(program.write(tmp_path / "full.pt2"))
+    assert (code, [f["code"] for f in report["findings"]], report["errors"]) == (1, ["QL001"], [])
