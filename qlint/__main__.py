@@ -1,3 +1,3 @@
-from qlint.cli import main
+from qlint.cli.main import main
 
 raise SystemExit(main())

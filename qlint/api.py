@@ -13,16 +13,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from qlint.config import Config, RemedyName
-from qlint.findings import Finding, RemedyReport
-from qlint.fix import FixError, FixResult, VerificationError, verification_inputs
+from qlint.fix.apply import FixError, FixResult, VerificationError, verification_inputs
+from qlint.rules.records import Finding, RemedyReport
+from qlint.settings.config import Config, RemedyName
 
 __all__ = ["Config", "FixError", "FixResult", "Remedied", "VerificationError", "fix", "lint", "remedy"]
 
 
 def lint(program: Any, config: Config | None = None, *, artifact: str = "<program>") -> list[Finding]:
     """Lower a quantized ExportedProgram for Cortex-M and return every finding."""
-    from qlint.program import lint_program
+    from qlint.graph.lint import lint_program
 
     return lint_program(program, artifact, config or Config()).findings
 
@@ -41,8 +41,8 @@ def fix(
     same shapes are added for verification. Raises FixError or
     VerificationError; nothing is returned half-done.
     """
-    from qlint.fix import fix_program
-    from qlint.readers import sample_inputs
+    from qlint.fix.apply import fix_program
+    from qlint.graph.readers import sample_inputs
 
     saved = sample_inputs(program)
     batches = list(inputs) or ([saved] if saved else [])
@@ -82,9 +82,9 @@ def remedy(
     model at most `config.remedy_max_sqnr_drop_db` lower. Raises FixError (nothing
     built) when the kept remedies together fail or cost more accuracy than that.
     """
-    from qlint.inputs import ReadError
-    from qlint.remediate import remediate
-    from qlint.remedies import Build
+    from qlint.io.reads import ReadError
+    from qlint.remedies.search import remediate
+    from qlint.remedies.source import Build
 
     config = config or Config()
     names = [RemedyName(name) for name in remedies]

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qlint.catalog import load_catalog, render_rule  # noqa: E402
+from qlint.rules.catalog import load_catalog, render_rule  # noqa: E402
 
 
 def render() -> str:

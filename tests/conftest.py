@@ -13,15 +13,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qlint import backend  # noqa: E402
+from qlint.graph import stack  # noqa: E402
 
-backend.load()
+stack.load()
 
 
 @pytest.fixture(scope="session", autouse=True)
 def forkserver() -> None:
     """Child processes fork from a server that imports torch first: start it while other tests run."""
-    from qlint.isolation import warm_up
+    from qlint.run.isolation import warm_up
 
     warm_up()
 
@@ -40,7 +40,7 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def quantized() -> Callable[..., Any]:
     """`quantized("make_attention", int16=False)` -> a quantized ExportedProgram, cached."""
     from examples import models, sam, zoo
-    from qlint.quantize import quantize
+    from qlint.graph.quantize import quantize
 
     cache: dict[tuple[str, bool], Any] = {}
 
@@ -69,8 +69,8 @@ def linted(quantized: Callable[..., Any]) -> Callable[..., Any]:
     Lowering is most of a test's time; the result is only read (findings, the
     unfixed program to compare a fix against), never changed.
     """
-    from qlint.config import Config
-    from qlint.program import lint_program
+    from qlint.graph.lint import lint_program
+    from qlint.settings.config import Config
 
     cache: dict[tuple[str, bool], Any] = {}
 
@@ -104,9 +104,9 @@ def attention_plan(tmp_path_factory: pytest.TempPathFactory, quantized: Callable
     from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
     from executorch.exir import EdgeProgramManager
 
-    from qlint.config import Config
-    from qlint.memory import live_peak
-    from qlint.program import lint_program
+    from qlint.graph.lint import lint_program
+    from qlint.graph.memory import live_peak
+    from qlint.settings.config import Config
 
     checked = lint_program(quantized("make_attention"), "a", Config())  # to_executorch changes it: not the shared one
     manager = EdgeProgramManager({"forward": checked.lowered}, compile_config=cortex_m_edge_compile_config())
@@ -122,7 +122,7 @@ def sam_pt2(pt2_dir: Callable[[str], Path]) -> Path:
 
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from qlint.cli import main
+    from qlint.cli.main import main
 
     code = main(args)
     out, err = capsys.readouterr()
@@ -139,7 +139,7 @@ def run_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 # so a large pytest process would be measured instead of qlint.
 PROBE = (
     "import sys\n"
-    "from qlint.cli import main\n"
+    "from qlint.cli.main import main\n"
     "code = main(sys.argv[1:])\n"
     "[hwm] = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"
     "print(f'MAXRSS_KB={hwm}', file=sys.stderr)\n"

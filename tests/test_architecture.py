@@ -1,4 +1,5 @@
-"""The imports follow the layers: no module of the package imports, however indirectly, itself."""
+"""The package's layers: each subpackage imports only from itself and the layers below it, the
+import graph has no cycle, and torch is imported at module level only where the table allows."""
 
 from __future__ import annotations
 
@@ -9,21 +10,53 @@ from conftest import ROOT
 
 PACKAGE = ROOT / "qlint"
 
-
-def imports_of(path: Path) -> set[str]:
-    """Every qlint module `path` imports, at module level or inside functions and TYPE_CHECKING blocks."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("qlint"):
-            names = [node.module] if node.module != "qlint" else [f"qlint.{a.name}" for a in node.names]
-            found.update(n for n in names if (PACKAGE / f"{n.split('.', 1)[1]}.py").exists())
-        elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("qlint."))
-    return found - {f"qlint.{path.stem}"}
+# Bottom to top: a subpackage may import itself and what is listed before it. `_compat` and the
+# package root are below everything; `api` and `__main__` are above everything.
+LAYERS = ("io", "rules", "settings", "static", "graph", "fix", "remedies", "report", "run", "cli")
+BOTTOM = {"qlint", "qlint._compat"}
+TOP = {"qlint.api", "qlint.__main__"}
+# Where `import torch` (executorch, torchao) may stand at module level. Everything else imports the
+# stack inside the function that needs it, so `--help`, `rules`, `rule` and `--static` stay torch-free.
+TORCH_AT_MODULE_LEVEL = {"graph", "fix", "remedies"}
+STACK = ("torch", "executorch", "torchao")
 
 
-def import_graph() -> dict[str, set[str]]:
-    return {f"qlint.{p.stem}": imports_of(p) for p in sorted(PACKAGE.glob("*.py"))}
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(node: ast.AST) -> list[str]:
+    """The modules one import statement names (a `from X import y` names X.y when that is a module)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES]
+        return subs or [node.module]
+    return []
+
+
+def imports_of(path: Path, module_level_only: bool = False) -> set[str]:
+    """Every module `path` imports: at module level, or also inside functions and TYPE_CHECKING blocks."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if module_level_only else list(ast.walk(tree))
+    found = {name for node in nodes for name in imported(node)}
+    return found - {module_name(path)}
+
+
+def qlint_graph(module_level_only: bool = False) -> dict[str, set[str]]:
+    return {m: {i for i in imports_of(p, module_level_only) if i in MODULES} for m, p in MODULES.items()}
+
+
+def layer(module: str) -> int:
+    if module in BOTTOM:
+        return -1
+    if module in TOP:
+        return len(LAYERS)
+    return LAYERS.index(module.split(".")[1])
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -33,10 +66,10 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     def visit(module: str) -> list[str] | None:
         state[module] = 1
         path.append(module)
-        for imported in sorted(graph.get(module, ())):
-            if state.get(imported) == 1:
-                return path[path.index(imported):] + [imported]
-            if imported not in state and (cycle := visit(imported)):
+        for imported_ in sorted(graph.get(module, ())):
+            if state.get(imported_) == 1:
+                return path[path.index(imported_):] + [imported_]
+            if imported_ not in state and (cycle := visit(imported_)):
                 return cycle
         path.pop()
         state[module] = 2
@@ -48,12 +81,43 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def test_every_module_belongs_to_a_layer() -> None:
+    assert {m.split(".")[1] for m in MODULES if m not in BOTTOM | TOP} == set(LAYERS)
+    for package in LAYERS:
+        assert ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text())), package
+
+
+def test_no_subpackage_imports_a_layer_above_it() -> None:
+    graph = qlint_graph()
+    assert graph["qlint.run.engine"]  # the walk sees imports at all
+    upward = sorted(f"{m} -> {i}" for m, imports in graph.items() for i in imports if layer(i) > layer(m))
+    assert upward == []
+
+
 def test_no_import_cycle_in_the_package() -> None:
-    graph = import_graph()
-    assert graph["qlint.engine"]  # the walk sees imports at all
+    graph = qlint_graph()
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
-def test_the_cycle_finder_finds_a_cycle() -> None:
+def test_the_stack_is_imported_at_module_level_only_where_the_table_allows() -> None:
+    direct = {m for m, p in MODULES.items() if any(i.split(".")[0] in STACK for i in imports_of(p, True))}
+    assert direct and all(m.split(".")[1] in TORCH_AT_MODULE_LEVEL for m in direct), sorted(direct)
+    # Nor through another qlint module: what a torch-free layer loads at import time is torch-free.
+    graph = qlint_graph(module_level_only=True)
+    for module in MODULES:
+        if module in TOP or module in BOTTOM or module.split(".")[1] in TORCH_AT_MODULE_LEVEL:
+            continue
+        seen, todo = set(), [module]
+        while todo:
+            current = todo.pop()
+            assert current not in direct, f"{module} imports the stack at module level through {current}"
+            todo.extend(graph[current] - seen)
+            seen |= graph[current]
+
+
+def test_the_layer_checks_find_what_they_look_for() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+    assert layer("qlint.io.reads") < layer("qlint.graph.view") < layer("qlint.cli.main")
+    assert "torch" in imports_of(PACKAGE / "graph" / "view.py", module_level_only=True)
+    assert "torch" not in imports_of(PACKAGE / "cli" / "main.py", module_level_only=True)

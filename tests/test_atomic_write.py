@@ -11,21 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from qlint.output import write_atomic
+from qlint.io.writes import write_atomic
 
 # Stalls the writer after its data is in the temp file and before the rename,
 # the widest window in which a kill could leave a partial output behind.
 WRITER = """
 import os, sys, time
 from pathlib import Path
-from qlint import output
+from qlint.io import writes
 
 def stall(fd):
     Path(sys.argv[2]).touch()
     time.sleep(60)
 
 os.fsync = stall
-output.write_atomic(Path(sys.argv[1]), b"new" * 1_000_000)
+writes.write_atomic(Path(sys.argv[1]), b"new" * 1_000_000)
 """
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from qlint import __version__
-from qlint.catalog import load_catalog
+from qlint.rules.catalog import load_catalog
 
 PROBE = (
     "import sys\n"
-    "from qlint.cli import main\n"
+    "from qlint.cli.main import main\n"
     "try:\n"
     "    code = main(sys.argv[1:])\n"
     "except SystemExit as exc:\n"

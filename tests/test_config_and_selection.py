@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, run_json
 
-from qlint.config import ConfigError, load_config
+from qlint.settings.config import ConfigError, load_config
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -118,7 +118,7 @@ def test_unknown_selector_on_command_line(attention: Path, capsys: pytest.Captur
 @pytest.mark.slow
 def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """--target-cpu reaches the lowering (the real target config, recorded on its way)."""
-    from qlint import lowering
+    from qlint.graph import lowering
 
     used: list[str] = []
     real = lowering.target_config

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from qlint.api import fix
-from qlint.config import Config, ConstantKind, FoldGuards
-from qlint.graph_view import GraphView, op_name
-from qlint.program import lint_program
-from qlint.quantize import quantize
+from qlint.graph.lint import lint_program
+from qlint.graph.quantize import quantize
+from qlint.graph.view import GraphView, op_name
+from qlint.settings.config import Config, ConstantKind, FoldGuards
 
 
 def only(findings: list[Any], code: str) -> list[Any]:
@@ -112,8 +112,8 @@ def test_lstm_fix_stores_the_zero_state_and_is_bit_exact(lstm: tuple[Any, tuple[
 
 @pytest.mark.slow
 def test_the_lstm_pte_reports_what_the_program_reports(lstm_linted: Any, lstm: tuple[Any, tuple[Any, ...]]) -> None:
-    from qlint.fix import to_pte
-    from qlint.pte import lint_pte
+    from qlint.fix.apply import to_pte
+    from qlint.graph.pte import lint_pte
 
     shipped = lint_pte(to_pte(lstm_linted.lowered, Config().root).pte, "lstm.pte", Config())
     assert [(f.details["ops"], f.details["fp32_elements"]) for f in only(shipped.findings, "QL008")] == [

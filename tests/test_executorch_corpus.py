@@ -22,7 +22,7 @@ import executorch_corpus as corpus_lib
 import pytest
 from conftest import ROOT
 
-from qlint import conditions
+from qlint.graph import conditions
 
 pytestmark = pytest.mark.slow
 
@@ -208,7 +208,7 @@ def _verdicts(graph: Any) -> list[tuple[str, str, bool, list[str]]]:
 
 
 def test_conditions_agree_with_executorchs_checks_on_every_node() -> None:
-    """qlint's written conditions (qlint.conditions) against ExecuTorch's own checks on every pattern
+    """qlint's written conditions (qlint.graph.conditions) against ExecuTorch's own checks on every pattern
     match of every case's float graph as the quantizer annotates it: a check that refuses what the
     conditions accept, or the reverse, fails here (a new executorch release is noticed this way)."""
     collected = corpus_lib.collect()

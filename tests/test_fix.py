@@ -12,10 +12,10 @@ import torch
 from conftest import run_cli, run_json
 
 from qlint.api import fix, lint
-from qlint.checks import run_rules
-from qlint.config import Config, FoldGuards
-from qlint.graph_view import GraphView, op_name
-from qlint.program import lint_program
+from qlint.graph.lint import lint_program
+from qlint.graph.rules import run_rules
+from qlint.graph.view import GraphView, op_name
+from qlint.settings.config import Config, FoldGuards
 
 
 def example(name: str) -> tuple[Any, ...]:
@@ -138,8 +138,8 @@ def test_int16_guards_leave_the_island_and_say_why(quantized: Callable[..., Any]
 
 def test_clamp_range_guard() -> None:
     """int16 quantizes use [-32767, 32767]; a fold into an int8 [-128, 127] consumer would be blocked."""
-    from qlint.analysis import blocked_guards
-    from qlint.graph_view import QParams
+    from qlint.graph.regions import blocked_guards
+    from qlint.graph.view import QParams
 
     qp_in, qp_out = QParams(1.0, 0, -32767, 32767, torch.int16), QParams(1.0, 0, -32768, 32767, torch.int16)
     guards = FoldGuards(dtypes=("int16",))
@@ -162,7 +162,7 @@ def sam_fixed(sam_pt2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     import io
     import json
 
-    from qlint.cli import main
+    from qlint.cli.main import main
 
     out_dir = tmp_path_factory.mktemp("sam_fix") / "build"  # --output-dir is created when missing
     buffer = io.StringIO()
@@ -175,9 +175,9 @@ def sam_fixed(sam_pt2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
 
 @pytest.mark.slow
 def test_sam_memory_plot_draws_the_reported_plan(sam_fixed: tuple[dict[str, Any], Path]) -> None:
-    from qlint.findings import FixSummary, LivePeak, MemoryTimeline, Report
-    from qlint.memory_plot import figure
-    from qlint.reporters import fix_lines
+    from qlint.report.formats import fix_lines
+    from qlint.report.memory_plot import figure
+    from qlint.rules.records import FixSummary, LivePeak, MemoryTimeline, Report
 
     data, pte = sam_fixed
     [summary] = data["fixes"]
@@ -201,8 +201,8 @@ def test_sam_memory_plot_draws_the_reported_plan(sam_fixed: tuple[dict[str, Any]
     # The folds removed fp32 tensors from the plan: fewer steps hold fp32 bytes after them.
     assert sum(timelines[1].fp32) < sum(timelines[0].fp32)
     # Read back from the written .pte's instructions and allocations: the same peak.
-    from qlint.config import Config
-    from qlint.pte import lint_pte
+    from qlint.graph.pte import lint_pte
+    from qlint.settings.config import Config
 
     shipped = lint_pte(pte.read_bytes(), "sam.pte", Config()).memory
     assert shipped is not None and shipped.arena_bytes == summary["activation_bytes"][1]
@@ -323,7 +323,7 @@ def test_verification_mismatch_writes_nothing(
     pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fold that is wrong (here: a table shifted by one) must be caught end to end."""
-    import qlint.folds as folds
+    import qlint.graph.folds as folds
 
     original = folds._int_fold
 
@@ -462,7 +462,7 @@ def test_a_uniform_vector_constant_folds_like_a_scalar(
 def test_a_program_executorch_cannot_serialize_is_a_one_line_error() -> None:
     """A model with no outputs lowers, but to_executorch's memory planner refuses it."""
     from qlint.api import FixError
-    from qlint.quantize import quantize
+    from qlint.graph.quantize import quantize
 
     class NoOutput(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> None:
@@ -490,7 +490,7 @@ def test_a_scale_with_an_in_graph_mask_folds_bit_exact(linted: Callable[..., Any
 
 @pytest.mark.slow
 def test_fix_refuses_a_lowered_program_that_cannot_run(quantized: Callable[..., Any]) -> None:
-    from qlint.fix import FixError
+    from qlint.fix.apply import FixError
 
     program = quantized("make_conv_hardswish")
     for config in (Config(), Config(ignore=("QL007",))):  # deselecting the rule does not make it runnable

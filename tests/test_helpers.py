@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from qlint.archive import ArchiveLimits, read_zip, validate_program_json, write_zip
-from qlint.config import Config, Target
-from qlint.engine import plan_work
-from qlint.folds import _scale_candidates
-from qlint.inputs import ReadError, printable
-from qlint.memory import Buffer, _covered
-from qlint.source import _is_framework, user_frame
+from qlint.graph.folds import _scale_candidates
+from qlint.graph.memory import Buffer, _covered
+from qlint.io.archive import read_zip, validate_program_json, write_zip
+from qlint.io.limits import Limits
+from qlint.io.reads import ReadError, printable
+from qlint.rules.source import _is_framework, user_frame
+from qlint.run.engine import plan_work
+from qlint.settings.config import Config, Target
 
-LIMITS = ArchiveLimits(entry_bytes=1 << 20, total_bytes=1 << 21, tensor_bytes=1 << 20)
+LIMITS = Limits(file_mb=1, entry_mb=1, tensor_mb=1)
 
 
 def buffer(offset: int, size: int) -> Buffer:
@@ -120,7 +121,7 @@ def test_constant_propagation_never_runs_a_huge_or_untrusted_constant() -> None:
     """`aten.full` of any size is one node in an untrusted program: only small ones are computed."""
     import torch
 
-    from qlint.graph_view import MAX_COMPUTED_BYTES, computed_constants
+    from qlint.graph.view import MAX_COMPUTED_BYTES, computed_constants
 
     class Masks(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -202,7 +202,7 @@ def process_state(pid: int) -> str | None:
 def test_ctrl_c_during_a_write_lands_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The widest window: the data is in the temp file, not yet renamed. The interrupt waits
     until the target is whole; no temp file is left."""
-    from qlint import output
+    from qlint.io import writes
 
     target = tmp_path / "out.sarif"
     target.write_bytes(b"old")
@@ -212,9 +212,9 @@ def test_ctrl_c_during_a_write_lands_after_it(tmp_path: Path, monkeypatch: pytes
         signal.raise_signal(signal.SIGINT)  # Ctrl-C, right here
         fsync(fd)
 
-    monkeypatch.setattr(output.os, "fsync", interrupted)
+    monkeypatch.setattr(writes.os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        output.write_atomic(target, b"new")
+        writes.write_atomic(target, b"new")
     assert files(tmp_path) == ["out.sarif"] and target.read_bytes() == b"new"
 
 
@@ -388,7 +388,7 @@ def test_artifacts_whose_names_flatten_alike_keep_their_own_overlays(
 
 
 def test_overlay_names_are_unique_across_case_and_fit_a_file_system() -> None:
-    from qlint.overlay import FINDINGS_SUFFIX, file_stems
+    from qlint.report.model_explorer import FINDINGS_SUFFIX, file_stems
 
     long = "/".join(["d" * 200] * 3) + "/model.pt2"
     stems = file_stems(["A.pt2", "a.pt2", "b.pt2", long])
@@ -492,7 +492,7 @@ def test_usage_errors_are_one_line_and_a_hint(args: list[str], lines: list[str],
 
 
 def test_a_huge_jobs_count_runs_on_the_cpus_there_are(tmp_path: Path, artifact: Path) -> None:
-    from qlint.engine import workers
+    from qlint.run.engine import workers
 
     cpus = len(os.sched_getaffinity(0))
     assert [workers(10**9, 3), workers(10**9, 0), workers(2, 10**6), workers(1, 5)] == [min(3, cpus), 1,
@@ -532,7 +532,7 @@ def test_an_artifact_with_a_number_past_any_float_is_corrupt_input(tmp_path: Pat
 
 
 @pytest.mark.parametrize(("tier", "module", "function"), [
-    (["--static"], "qlint.static", "lint_static"), ([], "qlint.readers", "read_pt2")])
+    (["--static"], "qlint.static.tier", "lint_static"), ([], "qlint.graph.readers", "read_pt2")])
 def test_overflow_while_reading_is_an_input_error(
     tier: list[str], module: str, function: str, artifact: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,

@@ -292,9 +292,9 @@ def test_torch_itself_would_run_the_renamed_and_duplicate_archives(tmp_path: Pat
     """The two archives qlint once loaded do run code under plain torch.export.load (why they are refused)."""
     import torch
 
-    from qlint import backend
+    from qlint.graph import stack
 
-    backend.load()
+    stack.load()
     for attack in ("renamed-program", "duplicate-evil-first"):
         sentinel = tmp_path / f"ran-{attack}"
         bad = write(tmp_path / f"{attack}.pt2", ATTACKS[attack][0](entries(), sentinel))
@@ -876,7 +876,7 @@ def test_limits_are_configurable(tmp_path: Path, good: Path, capsys: pytest.Capt
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory: pytest.TempPathFactory, good: Path) -> Path:
     """The .pte that `qlint fix` writes for the bundled example."""
-    from qlint.cli import main
+    from qlint.cli.main import main
 
     folder = tmp_path_factory.mktemp("shipped")
     assert main(["fix", "--output-dir", str(folder), str(good), "--quiet"]) in (0, 1)

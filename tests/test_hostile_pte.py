@@ -36,7 +36,7 @@ MEASURED = textwrap.dedent("""\
     import json
     import os
 
-    from qlint.engine import lint_bytes
+    from qlint.run.engine import lint_bytes
 
 
     def _status(key):
@@ -53,9 +53,9 @@ MEASURED = textwrap.dedent("""\
 """)
 PROBE = (
     "import sys, measured\n"
-    "from qlint import engine\n"
+    "from qlint.run import engine\n"
     "engine.lint_bytes = measured.measured\n"
-    "from qlint.cli import main\n"
+    "from qlint.cli.main import main\n"
     "raise SystemExit(main(sys.argv[1:]))\n"
 )
 
@@ -289,7 +289,7 @@ def test_limits_on_pte_reading_are_configurable(tmp_path: Path, capsys: pytest.C
 
 def test_the_timeline_sweep_equals_covering_the_live_buffers_at_every_step() -> None:
     """Aliases (overlapping offsets), empty and inverted lifetimes, zero sizes, negative starts."""
-    from qlint.memory import Buffer, _covered, timeline
+    from qlint.graph.memory import Buffer, _covered, timeline
 
     rng = random.Random(7)
     for _ in range(500):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qlint.imports import dependencies
+from qlint.run.imports import dependencies
 
 
 def write(root: Path, files: dict[str, str]) -> None:

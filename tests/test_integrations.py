@@ -137,7 +137,7 @@ class Scaled(torch.nn.Module):
 # `qlint check --targets-only` in a process that says afterwards whether it imported torch or
 # started the forkserver that target children run in.
 PROBE = (
-    "import json, sys, multiprocessing.forkserver as fs; from qlint.cli import main; "
+    "import json, sys, multiprocessing.forkserver as fs; from qlint.cli.main import main; "
     "code = main(sys.argv[1:]); "
     "print('PROBE', json.dumps({'code': code, 'torch': 'torch' in sys.modules, "
     "'child': fs._forkserver._forkserver_pid is not None}), file=sys.stderr)"

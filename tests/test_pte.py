@@ -19,8 +19,8 @@ def test_pte_memory_plan_is_read_and_drawn(attention_plan: tuple[Path, Any], tmp
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """The live bytes read from the .pte's instructions and allocations agree with the peak of the
     plan ExecuTorch made (its tensor specs' lifetimes), and the figure draws the reported series."""
-    from qlint.findings import LivePeak, MemoryTimeline, PlanMemory, Report
-    from qlint.memory_plot import figure
+    from qlint.report.memory_plot import figure
+    from qlint.rules.records import LivePeak, MemoryTimeline, PlanMemory, Report
 
     pte, planned = attention_plan
     plot = tmp_path / "memory.png"
@@ -92,9 +92,9 @@ def test_a_pte_reports_the_islands_of_constants_computed_in_the_graph_as_its_pro
     """Attention biases gathered with `index` from a parameter and a causal mask built with `triu`
     are computed in the graph: the `.pte` of the program reports the same islands, codes and
     identity verdicts as the program."""
-    from qlint.config import Config
-    from qlint.fix import to_pte
-    from qlint.pte import lint_pte
+    from qlint.fix.apply import to_pte
+    from qlint.graph.pte import lint_pte
+    from qlint.settings.config import Config
 
     def islands(findings: list[Any]) -> list[tuple[str, Any, int]]:
         return sorted((f.code, f.details.get("identity"), f.details.get("fp32_elements", 0)) for f in findings

@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from conftest import run_cli
 
-from qlint.config import Config, RemedyName
-from qlint.findings import RemedyStatus
-from qlint.remediate import Remediated, remediate, sqnr_db
-from qlint.remedies import Build, unfuse_attention
-from qlint.reporters import remedy_lines
+from qlint.remedies.search import Remediated, remediate, sqnr_db
+from qlint.remedies.source import Build, unfuse_attention
+from qlint.report.formats import remedy_lines
+from qlint.rules.records import RemedyStatus
+from qlint.settings.config import Config, RemedyName
 
 
 @pytest.fixture(scope="session")
@@ -150,8 +150,8 @@ def test_derived_qparams_change_only_the_scale_and_its_one_consumer() -> None:
     from torchao.quantization.pt2e.quantizer import DerivedQuantizationSpec
 
     from examples.models import make_attention
-    from qlint.quantize import export_float
-    from qlint.remedies import derive_scale_qparams
+    from qlint.graph.quantize import export_float
+    from qlint.remedies.source import derive_scale_qparams
 
     model, example, _ = make_attention()
     quantizer = CortexMQuantizer()
@@ -216,7 +216,7 @@ class Attention(torch.nn.Module):
     ids=["plain", "scale", "float-mask", "bool-mask", "causal"],
 )
 def test_unfused_attention_is_the_same_math_in_float(module: torch.nn.Module) -> None:
-    from qlint.quantize import export_float
+    from qlint.graph.quantize import export_float
 
     generator = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, 6, 4, generator=generator) for _ in range(3))
@@ -283,7 +283,7 @@ def test_fix_with_unsafe_fixes_builds_the_target_channels_last_and_reports_it(
 @pytest.mark.slow
 def test_the_api_builds_remedies_folds_and_returns_a_verified_pte() -> None:
     from qlint.api import remedy
-    from qlint.pte import lint_pte
+    from qlint.graph.pte import lint_pte
 
     namespace: dict[str, Any] = {}
     exec(CONV_TARGET, namespace)  # the same factory the CLI test imports
@@ -306,7 +306,7 @@ def test_the_api_builds_remedies_folds_and_returns_a_verified_pte() -> None:
 )
 def test_bad_remedy_settings_name_the_line_and_key(tmp_path: Path, text: str, line: int, key: str,
                                                    message: str) -> None:
-    from qlint.config import ConfigError, load_config
+    from qlint.settings.config import ConfigError, load_config
 
     path = tmp_path / ".qlint.yaml"
     path.write_text(text)
@@ -316,7 +316,7 @@ def test_bad_remedy_settings_name_the_line_and_key(tmp_path: Path, text: str, li
 
 
 def test_remedy_settings_are_read_per_config_and_per_target(tmp_path: Path) -> None:
-    from qlint.config import load_config
+    from qlint.settings.config import load_config
 
     path = tmp_path / ".qlint.yaml"
     path.write_text("remedies: [channels-last]\nremedy_max_sqnr_drop_db: 2\ntargets:\n"
@@ -332,8 +332,8 @@ PLAIN_RETURN = CONV_TARGET.replace("return model.eval(), example, calibration", 
 def test_channels_last_is_written_as_a_diff_that_applies_and_moves_the_factorys_results(tmp_path: Path) -> None:
     import subprocess
 
-    from qlint.findings import Measurement, RemedyOutcome, RemedyReport
-    from qlint.patches import remedy_patch
+    from qlint.remedies.patch import remedy_patch
+    from qlint.rules.records import Measurement, RemedyOutcome, RemedyReport
 
     factory = tmp_path / "convs.py"
     factory.write_text(PLAIN_RETURN)
@@ -355,7 +355,7 @@ def test_channels_last_is_written_as_a_diff_that_applies_and_moves_the_factorys_
 
 
 def test_only_plain_returns_of_the_factory_are_mechanical() -> None:
-    from qlint.patches import channels_last
+    from qlint.remedies.patch import channels_last
 
     nested = "def make():\n    def inner():\n        return f()\n    m, e = inner()\n    return m, e\n"
     lines = channels_last(nested, "make")

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-import qlint.analysis
-import qlint.checks
+import qlint.graph.regions
+import qlint.graph.rules
 from qlint.api import fix
-from qlint.catalog import load_catalog
-from qlint.config import Config
-from qlint.program import lint_program
-from qlint.registry import RULES, Scope, enabled_rules
+from qlint.graph.lint import lint_program
+from qlint.rules.catalog import load_catalog
+from qlint.rules.table import RULES, Scope, enabled_rules
+from qlint.settings.config import Config
 
 
 def example(name: str) -> tuple[Any, ...]:
@@ -28,13 +28,13 @@ def example(name: str) -> tuple[Any, ...]:
 def evaluations(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[str, ...]]:
     """Counts exhaustive evaluations, keyed by the evaluated region's output nodes."""
     counts: Counter[tuple[str, ...]] = Counter()
-    original = qlint.analysis.evaluate
+    original = qlint.graph.regions.evaluate
 
     def counting(view: Any, island: Any, dq: Any, values: Any) -> Any:
         counts[tuple(o.name for o in island.outputs)] += 1
         return original(view, island, dq, values)
 
-    monkeypatch.setattr(qlint.analysis, "evaluate", counting)
+    monkeypatch.setattr(qlint.graph.regions, "evaluate", counting)
     return counts
 
 
@@ -42,7 +42,7 @@ def evaluations(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[str, ...]]:
 def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Counts island classifications and fold plans."""
     counts: Counter[str] = Counter()
-    for module, name in ((qlint.analysis, "classify"), (qlint.checks, "plan_region")):
+    for module, name in ((qlint.graph.regions, "classify"), (qlint.graph.rules, "plan_region")):
         original = getattr(module, name)
 
         def counting(*args: Any, _name: str = name, _original: Any = original) -> Any:
@@ -54,7 +54,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
 
 def test_every_catalog_rule_has_exactly_one_registered_function() -> None:
-    import qlint.suppressions  # noqa: F401  (registers QL006)
+    import qlint.report.suppressions  # noqa: F401  (registers QL006)
 
     assert sorted(RULES) == sorted(load_catalog())
     assert {code: RULES[code].scope for code in RULES} == {
@@ -63,7 +63,7 @@ def test_every_catalog_rule_has_exactly_one_registered_function() -> None:
         "QL008": Scope.REGION,
     }
     with pytest.raises(RuntimeError, match="QL001 registered twice"):
-        qlint.registry.rule("QL001", Scope.REGION)(lambda context, region: None)
+        qlint.rules.table.rule("QL001", Scope.REGION)(lambda context, region: None)
 
 
 def test_enabled_rules_follow_select_and_ignore() -> None:
@@ -114,8 +114,8 @@ def test_a_deselected_rule_does_no_analysis(
 @pytest.mark.slow
 def test_fix_leaves_what_a_deselected_rule_would_fold(quantized: Callable[..., Any]) -> None:
     """ruff's rule: --fix fixes only what the selected rules report."""
-    from qlint.graph_view import GraphView
-    from qlint.islands import requantize_pairs
+    from qlint.graph.islands import requantize_pairs
+    from qlint.graph.view import GraphView
 
     program = quantized("make_attention")
     everything = fix(program, [example("make_attention")])

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
 
 PROBE = (
     "import sys\n"
-    "from qlint.cli import main\n"
+    "from qlint.cli.main import main\n"
     "code = main(sys.argv[1:])\n"
     "print('HEAVY=' + ','.join(sorted(m for m in ('torch', 'executorch') if m in sys.modules)), file=sys.stderr)\n"
     "raise SystemExit(code)\n"
@@ -74,9 +74,9 @@ def test_corrupt_cache_entries_are_ignored_and_rewritten(zoo: Path, tmp_path: Pa
 
 def test_cache_key_covers_qlint_code_and_rules(zoo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two revisions of qlint share version 0.1.0; a pre-commit rev bump must not reuse results."""
-    from qlint import cache
-    from qlint.config import Config
-    from qlint.options import RunOptions
+    from qlint.run import cache
+    from qlint.settings.config import Config
+    from qlint.settings.options import RunOptions
 
     root = Path(__file__).resolve().parent.parent
     fingerprint = cache.code_fingerprint.__wrapped__  # uncached: recomputed from the files each call

@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
 
-from qlint.cli import main
+from qlint.cli.main import main
 
 ATTN_LINE = "attn = attn / math.sqrt(c_per_head)"
 SOURCE = "segment_anything/modeling/transformer.py"
@@ -72,7 +72,7 @@ def assert_sam(result: tuple[int, dict[str, Any]], artifact: str) -> None:
 
 
 def test_sam_pt2(sam_from_pt2: tuple[int, dict[str, Any]], sam_pt2: Path) -> None:
-    from qlint.engine import display
+    from qlint.run.engine import display
 
     assert_sam(sam_from_pt2, display(sam_pt2))
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from qlint.config import Config, FoldGuards
-from qlint.options import LoweringOrder, RunOptions
-from qlint.program import lint_program
+from qlint.graph.lint import lint_program
+from qlint.settings.config import Config, FoldGuards
+from qlint.settings.options import LoweringOrder, RunOptions
 
 
 def codes(findings: list[Any]) -> list[str]:
@@ -250,7 +250,7 @@ def test_causes_name_a_missing_pattern_and_merge_ops_with_one_cause() -> None:
     import torch
     from torch.fx import Graph
 
-    from qlint.causes import causes
+    from qlint.graph.causes import causes
 
     graph = Graph()
     x = graph.placeholder("x")
@@ -285,7 +285,7 @@ def test_a_fused_fast_path_op_in_an_artifact_names_the_fast_path_and_how_to_expo
     import torch
     from torch.fx import Graph
 
-    from qlint.causes import cause_of
+    from qlint.graph.causes import cause_of
 
     graph = Graph()
     x = graph.placeholder("x")

@@ -15,9 +15,9 @@ import pytest
 from conftest import ROOT
 
 from examples.zoo import ZOO
-from qlint.config import Config, FoldGuards
-from qlint.exact import QParams, island_outputs
-from qlint.static import lint_static
+from qlint.settings.config import Config, FoldGuards
+from qlint.static.float32 import QParams, island_outputs
+from qlint.static.tier import lint_static
 
 HAND_MADE = [
     "make_attention", "make_attention_mul", "make_multi_head", "make_pool", "make_constant_first",
@@ -73,7 +73,7 @@ def exact_qparams(qp: Any) -> QParams:
 @pytest.mark.parametrize("name", CORPUS)
 def test_emulated_float32_equals_torch_on_every_input_integer(name: str, linted: Callable[..., Any]) -> None:
     """Every constant scale island and requantize pair the full check evaluates with torch, every
-    integer of its input dtype: `qlint.exact` gives the same output integer."""
+    integer of its input dtype: `qlint.static.float32` gives the same output integer."""
     for region in linted(name).analysis.regions:
         exhaustive = region.exhaustive()
         if region.code not in ("QL001", "QL004") or exhaustive is None:
@@ -98,7 +98,7 @@ def example_program() -> tuple[dict[str, bytes], str, dict[str, Any]]:
 def archive_with(entries: dict[str, bytes], model: str, program: dict[str, Any]) -> bytes:
     """The archive of `entries` with `program` in place of its own; a crafted node's output
     without tensor metadata is declared like the example's input `q`."""
-    from qlint.archive import write_zip
+    from qlint.io.archive import write_zip
 
     graph = program["graph_module"]["graph"]
     tensors = graph["tensor_values"]
@@ -154,7 +154,7 @@ def test_a_deep_graph_is_read_without_recursion_and_a_cycle_is_refused() -> None
     """A crafted program: 10,000 chained `neg` nodes (ten times Python's recursion limit) read as
     a program; two nodes that name each other refused, as torch's deserializer refuses a name
     read before it is defined."""
-    from qlint.inputs import ReadError
+    from qlint.io.reads import ReadError
 
     entries, model, program = example_program()
     nodes = program["graph_module"]["graph"]["nodes"]
@@ -173,7 +173,7 @@ def test_a_mangled_graph_is_a_read_error_never_a_crash() -> None:
     value of another type. The static tier answers or says the file is corrupt."""
     import random
 
-    from qlint.inputs import ReadError
+    from qlint.io.reads import ReadError
 
     entries, model, original = example_program()
     rng = random.Random(0)
@@ -221,7 +221,7 @@ def test_a_full_check_baseline_serves_the_static_tier_and_static_results_are_cac
 def test_too_many_distinct_int16_verdicts_are_refused_not_ground_through() -> None:
     """A crafted program of 4,200 int16 requantize pairs, each with its own scale: 275 million
     integers. The static tier says so in one line instead of running for minutes."""
-    from qlint.inputs import ReadError
+    from qlint.io.reads import ReadError
 
     entries, model, program = example_program()
 

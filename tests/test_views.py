@@ -39,7 +39,7 @@ def output_shape(node: Any) -> tuple[str, int]:
 
 def check_overlay(pt2: Path, folder: Path, findings: list[dict[str, Any]]) -> dict[str, int]:
     """The overlay of `pt2` against the adapter's graph and the findings; returns the fp32 values."""
-    from qlint.overlay import FINDINGS_SUFFIX, FP32_SUFFIX, file_stem
+    from qlint.report.model_explorer import FINDINGS_SUFFIX, FP32_SUFFIX, file_stem
 
     graph_id, nodes = adapter_nodes(pt2)
     artifact = findings[0]["artifact"]
@@ -109,7 +109,7 @@ def test_overlay_of_a_pte_matches_the_pte_adapters_ids(
     import subprocess
     import venv
 
-    from qlint.overlay import FINDINGS_SUFFIX, FP32_SUFFIX, file_stem
+    from qlint.report.model_explorer import FINDINGS_SUFFIX, FP32_SUFFIX, file_stem
 
     pte = attention_plan[0]
     env_dir = tmp_path / "venv"

@@ -12,9 +12,9 @@ import pytest
 
 from examples.zoo import ZOO
 from qlint.api import fix
-from qlint.config import Config
-from qlint.graph_view import op_name
-from qlint.pte import lint_pte
+from qlint.graph.pte import lint_pte
+from qlint.graph.view import op_name
+from qlint.settings.config import Config
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ def test_the_pte_of_every_zoo_model_reads_as_its_program(
 ) -> None:
     """The `.pte` ExecuTorch writes from the lowered program, and the one `qlint fix` writes,
     report what the programs they were serialized from report."""
-    from qlint.fix import to_pte
+    from qlint.fix.apply import to_pte
 
     checked = linted(name)
     assert checked.failure is None and "QL007" not in codes(checked.findings)

@@ -1,0 +1,282 @@
+"""Apply proven folds to a lowered program, verify it end to end, and emit a .pte.
+
+Graph rewriting stays in small functions over nodes; nothing here decides
+whether a fold is exact (that is `qlint.graph.folds`), and nothing is written unless
+the folded program reproduces the unfolded one's outputs bit for bit.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch.fx import Node
+
+from qlint.graph.folds import Fold, FoldKind
+from qlint.graph.islands import fp32_compute, requantize_pairs
+from qlint.graph.memory import plan_memory
+from qlint.graph.view import GraphView, constant_inputs, input_node, output_dtype
+from qlint.rules.records import AppliedFold, ArtifactStats, Finding, FixSummary, LeftIsland, LivePeak, MemoryTimeline
+from qlint.settings.config import Config
+from qlint.settings.options import RunOptions
+
+
+class FixError(Exception):
+    """The artifact cannot be fixed: one line, nothing written."""
+
+
+class VerificationError(Exception):
+    """The folded program's outputs differ from the unfolded program's."""
+
+
+def _erase_if_dead(program: Any, nodes: Sequence[Node]) -> None:
+    from executorch.backends.transforms.utils import delete_constant_placeholder
+
+    graph = program.graph_module.graph
+    pending = list(nodes)
+    while pending:
+        node = pending.pop()
+        if node.graph is not graph or node.users or node.op == "output":
+            continue
+        inputs = node.all_input_nodes
+        if node.op == "placeholder":
+            if node.name in constant_inputs(program.graph_signature):
+                delete_constant_placeholder(program, node)
+            continue
+        graph.erase_node(node)
+        pending.extend(inputs)
+
+
+def _constant_node(program: Any, name: str, value: torch.Tensor,
+                   kind: Literal["PARAMETER", "CONSTANT_TENSOR"] = "PARAMETER") -> Node:
+    """A new lifted constant of the program (`kind` names its `InputKind`), before every input."""
+    from executorch.backends.transforms.utils import create_constant_placeholder
+    from torch.export.graph_signature import InputKind
+
+    graph = program.graph_module.graph
+    first = next(n for n in graph.nodes if n.op == "placeholder")
+    with graph.inserting_before(first):
+        return create_constant_placeholder(program, graph, name, InputKind[kind], value)
+
+
+def _replay_reshapes(graph: Any, value: Node, reshapes: list[Node]) -> Node:
+    """Re-issue an island's shape ops on its integer input (an elementwise identity or table commutes with them)."""
+    for node in reshapes:
+        copy_ = graph.call_function(node.target, (value, *node.args[1:]), dict(node.kwargs))
+        dtype, val = output_dtype(value), node.meta["val"]
+        copy_.meta["val"] = type(val)(v.to(dtype) for v in val) if isinstance(val, (list, tuple)) else val.to(dtype)
+        copy_.meta["stack_trace"] = node.meta.get("stack_trace")
+        value = copy_
+    return value
+
+
+def _store_constants(program: Any, fold: Fold) -> None:
+    """Replace a constant subgraph's results with their stored values and delete what no op reads any more."""
+    for result, value in fold.values.items():
+        stored = _constant_node(program, f"{result.name}_qlint_const", value, "CONSTANT_TENSOR")
+        stored.meta["stack_trace"] = result.meta.get("stack_trace")
+        result.replace_all_uses_with(stored)
+    _erase_if_dead(program, fold.removed)
+
+
+def apply(program: Any, fold: Fold) -> None:
+    """Rewrite one fold into the program's graph."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    if fold.kind == FoldKind.CONSTANT:
+        _store_constants(program, fold)
+        return
+    assert fold.dq is not None
+    graph = program.graph_module.graph
+    producer = input_node(fold.dq)
+    for out in fold.outputs:
+        if fold.kind == FoldKind.IDENTITY:
+            with graph.inserting_before(out):
+                replacement = _replay_reshapes(graph, producer, fold.reshapes)
+        elif fold.kind == FoldKind.TABLE:
+            lut = _constant_node(program, f"{out.name}_qlint_lut", fold.luts[out])
+            with graph.inserting_before(out):
+                source = _replay_reshapes(graph, producer, fold.reshapes)
+                replacement = graph.call_function(
+                    exir_ops.edge.cortex_m.quantized_activation.default, (source, lut)
+                )
+        else:
+            with graph.inserting_before(out):
+                replacement = graph.call_function(out.target, (fold.dq, fold.scale, *out.args[2:]))
+        if replacement is not producer:
+            replacement.meta = {k: v for k, v in out.meta.items() if k in ("val", "tensor_meta")}
+            replacement.meta["stack_trace"] = fold.anchor.meta.get("stack_trace")
+        out.replace_all_uses_with(replacement)
+    _erase_if_dead(program, [*fold.outputs, *reversed(fold.removed), fold.dq])
+
+
+def run_program(program: Any, inputs: Sequence[tuple[Any, ...]]) -> list[list[torch.Tensor]]:
+    module = program.module()
+    with torch.no_grad():
+        return [[o for o in flatten(module(*batch))] for batch in inputs]
+
+
+def flatten(value: Any) -> list[torch.Tensor]:
+    """The tensors of a (nested) output, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in flatten(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in flatten(v)]
+    return []
+
+
+def verification_inputs(
+    example: tuple[Any, ...] | None, extra: Sequence[tuple[Any, ...]] = (), seeds: int = 8
+) -> list[tuple[Any, ...]]:
+    """The artifact's own inputs plus `seeds` seeded random batches of the same shapes and layouts."""
+    from qlint.graph.readers import seeded_like
+
+    batches = [b for b in ([example] if example else []) + list(extra)]
+    if not batches:
+        return []
+    template = batches[0]
+    for seed in range(seeds):
+        generator = torch.Generator().manual_seed(seed)
+        batches.append(tuple(seeded_like(t, generator, scale=2.0) for t in template))
+    return batches
+
+
+def require_same_outputs(before: list[list[torch.Tensor]], after: list[list[torch.Tensor]]) -> None:
+    """Raise VerificationError unless every output matches bit for bit."""
+    for batch, (b_outs, a_outs) in enumerate(zip(before, after, strict=True)):
+        if len(b_outs) != len(a_outs):
+            raise VerificationError(f"input {batch}: {len(b_outs)} outputs before, {len(a_outs)} after")
+        for index, (b, a) in enumerate(zip(b_outs, a_outs, strict=True)):
+            if b.shape != a.shape or b.dtype != a.dtype or not torch.equal(b, a):
+                raise VerificationError(f"output {index} differs on verification input {batch}")
+
+
+@dataclass(frozen=True)
+class Serialized:
+    pte: bytes
+    arena_bytes: int  # planned activation memory: sum of non_const_buffer_sizes
+    peak: LivePeak | None  # what the plan must hold at once, and where
+    timeline: MemoryTimeline | None = None  # live bytes at every step
+
+
+def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
+    """Serialize a lowered program (a copy: to_executorch rewrites in place) and read its memory plan.
+
+    Raises FixError naming `which` program when ExecuTorch cannot serialize it.
+    """
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.exir import EdgeProgramManager
+
+    from qlint.graph.lowering import first_line
+
+    try:
+        manager = EdgeProgramManager({"forward": copy.deepcopy(program)}, compile_config=cortex_m_edge_compile_config())
+        executorch = manager.to_executorch()
+    except Exception as exc:
+        raise FixError(
+            f"to_executorch failed on the {which} program: {type(exc).__name__}: {first_line(exc)}"
+        ) from None
+    plan_ = executorch.executorch_program.execution_plan[0]
+    graph_module = executorch.exported_program().graph_module
+    timeline, peak = plan_memory(graph_module, root)
+    return Serialized(executorch.buffer, int(sum(plan_.non_const_buffer_sizes)), peak, timeline)
+
+
+def float_op_count(view: GraphView) -> int:
+    """Float compute ops (work on constants included), counting each dequantize -> quantize round trip as one."""
+    return len(fp32_compute(view)) + len(requantize_pairs(view))
+
+
+@dataclass
+class FixResult:
+    summary: FixSummary
+    findings: list[Finding]  # what remains after fixing
+    stats: ArtifactStats
+    pte: bytes | None  # None for a dry run
+    program: Any = None  # the folded, lowered ExportedProgram
+
+
+def fix_program(
+    program: Any,
+    artifact: str,
+    config: Config,
+    inputs: Sequence[tuple[Any, ...]],
+    options: RunOptions | None = None,
+) -> FixResult:
+    """Lower, fold every island of an enabled rule that has a proven fold, verify, and serialize.
+
+    With `options.fix.dry_run` (`--diff`) only the plan is returned. Raises
+    FixError when the program does not lower, and VerificationError when the
+    folded program's outputs differ from the unfolded one's on any input.
+    """
+    from qlint.graph.lint import lint_program
+    from qlint.graph.lowering import first_line, needs_repair
+    from qlint.graph.rules import invalid_message, lowering_message, run_rules
+    from qlint.graph.validity import find_invalid
+    from qlint.settings.options import LoweringOrder
+
+    options = options or RunOptions()
+    dry_run = options.fix is not None and options.fix.dry_run
+    linted = lint_program(program, artifact, config, options)
+    if linted.failure is not None:
+        raise FixError(f"cannot fix: {lowering_message(linted.failure)}")
+    invalid = next((f.message for f in linted.findings if f.code == "QL007"), None)
+    if invalid is None and not config.enabled("QL007"):
+        found = find_invalid(linted.analysis.view)
+        invalid = invalid_message(found) if found is not None else None
+    if invalid is not None:
+        raise FixError(f"cannot fix: {invalid}")
+    if not inputs and not dry_run:
+        raise FixError("cannot verify a fix without inputs: the program carries no sample inputs")
+    lowered, folds = linted.lowered, linted.folds
+    assert lowered is not None
+    summary = FixSummary(
+        artifact=artifact,
+        folds=[AppliedFold(f.code, f.anchor.name, f.kind, f.describe()) for f in folds],
+        left=[LeftIsland(item.code, item.anchor.name, item.reason) for item in linted.left],
+        islands_found=len(linted.analysis.islands),
+        lowering_repair=options.order == LoweringOrder.REPAIRED and needs_repair(program),
+        dry_run=dry_run,
+    )
+    ops_before, elements_before = float_op_count(linted.analysis.view), linted.stats.fp32_elements
+    if dry_run:
+        summary.fp32_ops = (ops_before, ops_before)
+        summary.fp32_elements = (elements_before, elements_before)
+        return FixResult(summary, linted.findings, linted.stats, None)
+    before = to_pte(lowered, config.root, "unfixed")
+    try:
+        reference = run_program(lowered, inputs)
+    except Exception as exc:  # the inputs do not fit the program
+        raise FixError(f"cannot run the lowered program on its inputs: {first_line(exc)}") from None
+    for fold in folds:
+        apply(lowered, fold)
+    # A constant subgraph left unfolded is gone when the island that read it was folded away.
+    remaining = {n.name for n in lowered.graph.nodes}
+    summary.left = [item for item in summary.left if item.node in remaining]
+    lowered.graph_module.graph.lint()
+    lowered.graph_module.recompile()
+    require_same_outputs(reference, run_program(lowered, inputs))
+    view = GraphView(lowered, quantized=program)
+    after_fix = run_rules(view, artifact, config, verbose=options.verbose, evaluations=linted.analysis.evaluations)
+    after = to_pte(lowered, config.root, "fixed")
+    summary.fp32_ops = (ops_before, float_op_count(view))
+    summary.fp32_elements = (elements_before, after_fix.stats.fp32_elements)
+    summary.activation_bytes = (before.arena_bytes, after.arena_bytes)
+    if before.peak and after.peak:
+        summary.live_peak_bytes = (before.peak.bytes, after.peak.bytes)
+        summary.live_peak, summary.live_peak_before = after.peak, before.peak
+    summary.memory = (before.timeline, after.timeline)
+    summary.pte_bytes = len(after.pte)
+    summary.verified_inputs = len(inputs)
+    return FixResult(summary, after_fix.findings, after_fix.stats, after.pte, lowered)
+
+
+def output_path(folder: Path, name: str, output_dir: Path | None) -> Path:
+    """`<name>.pte` next to the input, or in --output-dir."""
+    return (output_dir or folder) / f"{name}.pte"

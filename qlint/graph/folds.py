@@ -1,0 +1,231 @@
+"""Decide how an island, constant subgraph or requantize pair can be folded, and prove the fold exact.
+
+Three folds of quantized regions, each proven on every value of the input dtype before it is offered:
+
+- identity: quantize(f(dequantize(q))) == q, so the island is deleted;
+- table (int8): the island is an int8 -> int8 function of one input, so its
+  256-entry table, computed with the graph's own ops, replaces it as one
+  `cortex_m.quantized_activation`;
+- rescale (int16): a constant scale c folds into the output quantize scale
+  (S*c for div, S/c for mul) when that gives the same integers for all 65536
+  inputs; a resulting identity is then deleted.
+
+A constant subgraph (QL008) has no input to range over: its results, computed once with the graph's
+own ops on its own constants, are stored as constants (int8 where it ends in a quantize) and the
+subgraph is deleted; exact by construction, and verified end to end like every fold.
+
+Planning reads a `Region` and its one exhaustive evaluation; `qlint.fix.apply`
+applies the plans.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import Node
+
+from qlint._compat import StrEnum
+from qlint.graph.islands import Island
+from qlint.graph.regions import Exhaustive, Region
+from qlint.graph.view import GraphView, Kind, QParams, input_node, op_name, output_dtype, run_node
+
+FLOAT32_TINY = 1.1754943508222875e-38  # smallest normal float32
+
+
+class FoldKind(StrEnum):
+    IDENTITY = "identity"   # the region is deleted
+    TABLE = "table"         # the region becomes one int8 lookup table
+    RESCALE = "rescale"     # the region's constant goes into the output quantize scale
+    CONSTANT = "constant"   # the subgraph's results are stored as constants
+
+
+@dataclass
+class Fold:
+    kind: FoldKind
+    code: str                 # the rule whose finding this fold resolves
+    anchor: Node              # the node findings point at
+    dq: Node | None           # the island's dequantized input (None for a constant subgraph)
+    outputs: list[Node]       # the quantize nodes whose integers the fold reproduces; a subgraph's results
+    removed: list[Node]       # island nodes (and the pair) that go away
+    luts: dict[Node, torch.Tensor] = field(default_factory=dict)   # table: per output
+    values: dict[Node, torch.Tensor] = field(default_factory=dict)  # constant: per result, what is stored
+    reshapes: list[Node] = field(default_factory=list)              # shape ops to replay on the integers
+    scale: float | None = None                                      # rescale: new output scale
+
+    def describe(self) -> str:
+        if self.kind == FoldKind.CONSTANT:
+            stored = ", ".join(f"{str(v.dtype).removeprefix('torch.')} {list(v.shape)}" for v in self.values.values())
+            return f"constant: replace {', '.join(op_name(n) for n in self.removed)} with stored {stored}"
+        assert self.dq is not None
+        ops = ", ".join(op_name(n) for n in [self.dq, *self.removed, *self.outputs])
+        replay = "".join(f"{op_name(n)} on integers, " for n in self.reshapes)
+        if self.kind == FoldKind.IDENTITY:
+            return f"identity: replace {ops} with {replay.removesuffix(', ')}" if replay else f"identity: remove {ops}"
+        if self.kind == FoldKind.TABLE:
+            return f"table: replace {ops} with {replay}cortex_m.quantized_activation (256-entry int8 table)"
+        return (
+            f"rescale: remove {', '.join(op_name(n) for n in self.removed)}; output quantize scale -> {self.scale:.9g}"
+        )
+
+
+@dataclass
+class Left:
+    code: str
+    anchor: Node
+    reason: str
+
+
+def _q_outputs(view: GraphView, nodes: list[Node]) -> list[Node] | None:
+    if nodes and all(view.kind(n) == Kind.QUANTIZE and view.qparams(n) is not None for n in nodes):
+        return nodes
+    return None
+
+
+def _shape_chain(dq: Node, island: Island, out: Node) -> list[Node] | None:
+    """The island's shape ops in order, when the island is one chain from `dq` to `out`.
+
+    An elementwise table commutes with them, so they can be replayed on the
+    int8 values before the table; a branching island has no single order.
+    """
+    nodes = island.nodes
+    path: list[Node] = []
+    node = input_node(out)
+    while node is not dq:
+        if node not in nodes:
+            return None
+        path.append(node)
+        runtime = [a for a in node.all_input_nodes if a in nodes or a is dq]
+        if len(runtime) != 1:
+            return None
+        node = runtime[0]
+    if len(path) != len(nodes):
+        return None
+    return [n for n in reversed(path) if n not in island.compute]
+
+
+def _reshapes(dq: Node, island: Island, outputs: list[Node]) -> list[Node] | str:
+    """The island's shape ops, to replay on the integers ([] when it has none), or why they cannot be.
+
+    The ops decide, not the shapes: a square transpose keeps the shape.
+    """
+    if all(n in island.compute for n in island.nodes):
+        return []
+    chain = _shape_chain(dq, island, outputs[0]) if len(outputs) == 1 else None
+    if chain is None:
+        return "the island reshapes its input along more than one path"
+    # A dtype conversion is part of the function (evaluated, so in the table), not data movement.
+    return [n for n in chain if output_dtype(n) == output_dtype(input_node(n))]
+
+
+def _int_fold(region: Region, dq: Node, qp_in: QParams, exhaustive: Exhaustive, outputs: list[Node]) -> Fold | str:
+    """Identity or table for an elementwise region from `dq` to its quantize `outputs`."""
+    reshapes = _reshapes(dq, region.island, outputs)
+    if isinstance(reshapes, str):
+        return reshapes
+    removed = region.island.nodes
+    if all(exhaustive.reproduces_input(o) for o in outputs):
+        return Fold(FoldKind.IDENTITY, region.code, region.anchor, dq, outputs, removed, reshapes=reshapes)
+    if qp_in.dtype == torch.int8 and all(exhaustive.outputs[o].dtype == torch.int8 for o in outputs):
+        luts = {o: exhaustive.outputs[o].to(torch.int8) for o in outputs}
+        return Fold(FoldKind.TABLE, region.code, region.anchor, dq, outputs, removed, luts=luts, reshapes=reshapes)
+    return f"{qp_in.dtype_name} islands can only fold a constant scale into the output quantize"
+
+
+def _scale_candidates(scale: float, steps: int = 16) -> list[float]:
+    """`scale`, then its float32 neighbours nearest first: rounding in the quantize
+    can make a neighbour exact where the plain product is not."""
+    import numpy as np
+
+    candidates = [scale]
+    up = down = np.float32(scale)
+    for _ in range(steps):
+        up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(0))
+        candidates.extend([float(up), float(down)])
+    return candidates
+
+
+def _rescale(region: Region, qp_in: QParams, exhaustive: Exhaustive, outputs: list[Node]) -> Fold | str:
+    """int16: fold the island's constant factor into the output quantize scale, if exact."""
+    scale_island = region.scale
+    if scale_island is None:
+        return f"{qp_in.dtype_name} islands fold only as a constant scale"
+    if scale_island.offset:
+        return "the island adds a constant; an output scale cannot absorb an offset"
+    factor = scale_island.factor
+    if not (math.isfinite(factor) and factor > 0):
+        return f"the constant factor {factor:g} is not positive and finite; a scale cannot absorb it"
+    if len(outputs) != 1:
+        return "the island feeds more than one quantize"
+    [out] = outputs
+    dq, island = scale_island.dq, scale_island.island
+    reshapes = _reshapes(dq, island, outputs)
+    if isinstance(reshapes, str):
+        return reshapes
+    if exhaustive.reproduces_input(out):
+        return Fold(FoldKind.IDENTITY, region.code, region.anchor, dq, outputs, island.nodes, reshapes=reshapes)
+    if reshapes:
+        return "the island reshapes its input; a rescaled quantize would see the other shape"
+    qp_out = scale_island.qp_out  # what view.qparams gave classify()
+    values, mask = exhaustive.values, exhaustive.mask
+    reference = exhaustive.outputs[out][mask]
+    dequantized = run_node(dq, values, *dq.args[1:])
+    found, best = None, None
+    for new_scale in _scale_candidates(qp_out.scale / factor):
+        if not (math.isfinite(new_scale) and FLOAT32_TINY <= new_scale < sys.float_info.max):
+            return f"the folded scale {new_scale:g} is not a normal positive float"
+        attempt = run_node(out, dequantized, new_scale, *out.args[2:])
+        differing = int((attempt[mask] != reference).sum())
+        if differing == 0:
+            found = new_scale
+            break
+        best = differing if best is None else min(best, differing)
+    if found is None:
+        return (
+            f"folding into the output scale changes at least {best} of {int(mask.sum())} "
+            f"{qp_in.dtype_name} values for every candidate scale"
+        )
+    return Fold(FoldKind.RESCALE, region.code, region.anchor, dq, outputs, island.nodes, scale=found)
+
+
+def _constant(region: Region) -> Fold | str:
+    """Store a constant subgraph's results as they are computed now: what the device would compute."""
+    subgraph, view = region.constant, region.view
+    assert subgraph is not None
+    if subgraph.misread:
+        return subgraph.misread
+    if any(u.op == "output" for n in subgraph.results for u in n.users):
+        return "it is a program output: a fold stores values that ops read, not the program's outputs"
+    values = {n: view.computed(n) for n in subgraph.results}
+    if not values or any(v is None for v in values.values()):
+        return "a result has no computed value"
+    return Fold(FoldKind.CONSTANT, region.code, region.anchor, None, subgraph.results, region.island.nodes,
+                values={n: v.clone().contiguous() for n, v in values.items() if v is not None})
+
+
+def plan_region(region: Region) -> Fold | Left:
+    """How to fold one island or requantize pair, or why it is left."""
+    result = _plan(region)
+    return Left(region.code, region.anchor, result) if isinstance(result, str) else result
+
+
+def _plan(region: Region) -> Fold | str:
+    if region.blocked:
+        return f"blocked by {'; '.join(region.blocked)}"
+    if region.constant is not None:
+        return _constant(region)
+    if region.dq is None:
+        return region.reason or "more than one runtime input"
+    if region.not_elementwise:
+        return region.reason or region.not_elementwise
+    outputs = _q_outputs(region.view, region.island.outputs)
+    qp_in = region.qp_in
+    if outputs is None or qp_in is None:
+        return "an output does not go to a per-tensor quantize"
+    exhaustive = region.exhaustive()
+    assert exhaustive is not None  # one dequantized input, elementwise, quantize outputs
+    if qp_in.dtype == torch.int8:
+        return _int_fold(region, region.dq, qp_in, exhaustive, outputs)
+    return _rescale(region, qp_in, exhaustive, outputs)

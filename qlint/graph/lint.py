@@ -1,0 +1,32 @@
+"""One program: lower it for Cortex-M and run the rules. Used by the engine, `--fix` and the API."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from qlint.settings.config import Config
+from qlint.settings.options import RunOptions
+
+if TYPE_CHECKING:
+    from qlint.graph.rules import Linted
+
+
+def lint_program(program: Any, artifact: str, config: Config, options: RunOptions | None = None) -> Linted:
+    """Lower one quantized ExportedProgram and run the enabled rules on the result.
+
+    When lowering raises, the failure becomes a QL003 finding and the rules run
+    on the quantized program instead, so the islands are still reported.
+    """
+    from qlint.graph.lowering import LoweringError, run_passes, to_edge
+    from qlint.graph.rules import run_rules
+    from qlint.graph.view import GraphView
+
+    options = options or RunOptions()
+    try:
+        edge = to_edge(program)
+        lowered = run_passes(edge.exported_program(), config.target_cpu, options.order)
+    except LoweringError as exc:
+        return run_rules(GraphView(program), artifact, config, failure=exc, verbose=options.verbose)
+    linted = run_rules(GraphView(lowered, quantized=program), artifact, config, verbose=options.verbose)
+    linted.lowered = lowered
+    return linted

@@ -1,0 +1,187 @@
+"""Where a planned activation arena goes: the live peak of ExecuTorch's memory plan.
+
+The arena size (`non_const_buffer_sizes`) depends on how the planner packs
+tensors; the live peak, the most bytes that must coexist at one step of the
+program, is a floor no plan of the same program can go below. What is live at
+that step says whether removing fp32 islands can shrink the arena at all, or
+whether something else (fp32 graph inputs, a LayerNorm) sets it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+
+from qlint.rules.records import LivePeak, MemoryTimeline
+from qlint.rules.source import locate
+
+_ARENA = 1  # mem_id of the planned activation arena; 0 is reserved
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One tensor of the arena: live from step `start` to step `end` (inclusive), at `offset`."""
+
+    start: int
+    end: int
+    offset: int
+    size: int
+    fp32: bool
+    input: bool
+
+
+def _specs(node: Node) -> Iterable[Any]:
+    spec = node.meta.get("spec")
+    return spec if isinstance(spec, (list, tuple)) else [spec]
+
+
+def planned_buffers(graph_module: GraphModule) -> list[Buffer]:
+    """Every arena tensor once; a view shares its base's bytes, so unions count it once."""
+    seen: dict[int, Buffer] = {}
+    for node in graph_module.graph.nodes:
+        for spec in _specs(node):
+            if id(spec) in seen or getattr(spec, "mem_id", None) != _ARENA or spec.lifetime[0] is None:
+                continue
+            seen[id(spec)] = Buffer(
+                spec.lifetime[0], spec.lifetime[1], spec.mem_offset, spec.allocated_memory,
+                spec.dtype == torch.float32, node.op == "placeholder",
+            )
+    return list(seen.values())
+
+
+def _covered(buffers: Iterable[Buffer]) -> int:
+    """Bytes of the arena covered by these buffers (aliases overlap; live tensors never do)."""
+    total, reach = 0, 0
+    for b in sorted(buffers, key=lambda b: b.offset):
+        begin, end = max(b.offset, reach), b.offset + b.size
+        if end > begin:
+            total += end - begin
+        reach = max(reach, end)
+    return total
+
+
+def _operator_at(graph_module: GraphModule, step: int) -> Node | None:
+    """The first real operator at or after a plan step (steps index graph nodes; allocs are not ops)."""
+    nodes = list(graph_module.graph.nodes)
+    for node in nodes[step:]:
+        if node.op == "call_function" and "alloc" not in getattr(node.target, "__name__", ""):
+            return node
+    return None
+
+
+def timeline(buffers: list[Buffer]) -> MemoryTimeline | None:
+    """Bytes of the arena live at every step, and how many of them are fp32."""
+    if not buffers:
+        return None
+    steps = max(b.end for b in buffers) + 1
+    return MemoryTimeline(_live_bytes(buffers, steps), _live_bytes([b for b in buffers if b.fp32], steps))
+
+
+def _live_bytes(buffers: list[Buffer], steps: int) -> tuple[int, ...]:
+    """`_covered` of the buffers live at each step, by a sweep that adds a buffer where it starts
+    and removes it after it ends: O(buffers log buffers + steps), where covering the live ones
+    anew at every step costs steps x buffers (minutes for a crafted plan of 50,000 of each)."""
+    live = [b for b in buffers if b.start <= b.end and b.size > 0]
+    cover = _Coverage([edge for b in live for edge in (b.offset, b.offset + b.size)])
+    events = sorted([(b.start, 1, b) for b in live] + [(b.end + 1, -1, b) for b in live], key=lambda e: e[0])
+    series, at = [], 0
+    for step in range(steps):
+        while at < len(events) and events[at][0] <= step:
+            _, delta, b = events[at]
+            cover.add(b.offset, b.offset + b.size, delta)
+            at += 1
+        series.append(cover.total)
+    return tuple(series)
+
+
+class _Coverage:
+    """How many bytes a changing set of byte ranges covers, overlaps counted once: a segment tree
+    over the ranges' edges whose node holds how many ranges cover it whole, and the bytes covered
+    below it (the sweep of the area of a union of rectangles)."""
+
+    def __init__(self, edges: list[int]) -> None:
+        self.edges = sorted(set(edges))
+        self.index = {edge: i for i, edge in enumerate(self.edges)}
+        self.leaves = 1
+        while self.leaves < len(self.edges):
+            self.leaves *= 2
+        self.width = [0] * (2 * self.leaves)
+        for i in range(len(self.edges) - 1):
+            self.width[self.leaves + i] = self.edges[i + 1] - self.edges[i]
+        for node in range(self.leaves - 1, 0, -1):
+            self.width[node] = self.width[2 * node] + self.width[2 * node + 1]
+        self.count = [0] * (2 * self.leaves)
+        self.covered = [0] * (2 * self.leaves)
+
+    @property
+    def total(self) -> int:
+        return self.covered[1]
+
+    def add(self, begin: int, end: int, delta: int) -> None:
+        """Cover [begin, end) once more (delta 1) or once less (delta -1)."""
+        low, high = self.index[begin] + self.leaves, self.index[end] + self.leaves
+        count, pull = self.count, self.pull
+        first, last = low >> 1, (high - 1) >> 1
+        while low < high:
+            if low & 1:
+                count[low] += delta
+                pull(low)
+                low += 1
+            if high & 1:
+                high -= 1
+                count[high] += delta
+                pull(high)
+            low, high = low >> 1, high >> 1
+        for node in (first, last):
+            while node:
+                pull(node)
+                node >>= 1
+
+    def pull(self, node: int) -> None:
+        """A node's covered bytes from its count and, when no range covers it whole, its children."""
+        covered = self.covered
+        if self.count[node]:
+            covered[node] = self.width[node]
+        elif node >= self.leaves:
+            covered[node] = 0
+        else:
+            covered[node] = covered[2 * node] + covered[2 * node + 1]
+
+
+def peak_of(buffers: list[Buffer], series: MemoryTimeline, node: str, location: str | None = None) -> LivePeak:
+    """The live peak (the first step holding the most bytes) of a timeline; `node` runs there."""
+    step = peak_step(series)
+    return LivePeak(
+        bytes=series.total[step],
+        fp32_bytes=series.fp32[step],
+        input_bytes=_covered(b for b in buffers if b.input and b.start <= step <= b.end),
+        node=node,
+        location=location,
+        step=step,
+    )
+
+
+def peak_step(series: MemoryTimeline) -> int:
+    return series.total.index(max(series.total))
+
+
+def plan_memory(graph_module: GraphModule, root: Path) -> tuple[MemoryTimeline | None, LivePeak | None]:
+    """A lowered program's live bytes at every step and its live peak, with the operator that runs
+    there and its source line (the plan's buffers read once for both)."""
+    buffers = planned_buffers(graph_module)
+    series = timeline(buffers)
+    if series is None:
+        return None, None
+    node = _operator_at(graph_module, peak_step(series))
+    where = locate(node.meta.get("stack_trace"), root) if node is not None else None
+    peak = peak_of(buffers, series, node.name if node is not None else "<inputs>", str(where) if where else None)
+    return series, peak
+
+
+def live_peak(graph_module: GraphModule, root: Path) -> LivePeak | None:
+    return plan_memory(graph_module, root)[1]

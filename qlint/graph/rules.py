@@ -1,0 +1,367 @@
+"""The rules QL001-QL005, QL007 and QL008: one program's regions, fold plans, coverage and validity into findings.
+
+Each rule registers its code with the function that produces its findings;
+`run_rules` asks the registry first, so a deselected rule's analysis (island
+classification, exhaustive evaluation, fold planning) never runs.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from torch.fx import Node
+
+from qlint.graph.causes import cause_of
+from qlint.graph.folds import Fold, Left, plan_region
+from qlint.graph.islands import (
+    Coverage,
+    constant_fp32,
+    coverage,
+    fp32_by_node,
+    fp32_compute,
+    fp32_elements,
+    fp32_total,
+)
+from qlint.graph.lowering import LoweringError, first_line
+from qlint.graph.regions import CONSTANT_CODE, Analysis, Evaluations, Region, ScaleIsland, analyse
+from qlint.graph.validity import Invalid, find_invalid
+from qlint.graph.view import GraphView, QParams, is_float, numel, op_name
+from qlint.rules.records import ArtifactStats, Finding, Location, shapes_elided
+from qlint.rules.source import locate, module_path
+from qlint.rules.table import RULES, Scope, enabled_rules, rule
+from qlint.settings.config import Config
+
+
+class FindingFactory:
+    """Fills in what every finding of one artifact shares."""
+
+    def __init__(self, artifact: str, config: Config) -> None:
+        self.artifact, self.config = artifact, config
+
+    def location(self, *nodes: Node) -> Location | None:
+        for node in nodes:
+            found = locate(node.meta.get("stack_trace"), self.config.root)
+            if found:
+                return found
+        return None
+
+    def make(
+        self, code: str, message: str, nodes: tuple[Node, ...] = (), fixable: bool = False, **details: Any
+    ) -> Finding:
+        location = self.location(*nodes)
+        if location is None:  # code inside torch: the module that ran it
+            module = next((m for n in nodes if (m := module_path(n.meta.get("nn_module_stack")))), None)
+            if module:
+                details["module"] = module
+        return Finding(
+            code=code,
+            severity=self.config.severity(code),
+            message=message,
+            artifact=self.artifact,
+            node=nodes[0].name if nodes else "",
+            location=location,
+            fixable=fixable,
+            details=details,
+        )
+
+
+@dataclass
+class Context:
+    """What the rules of one program share; fold plans are made once, on first use."""
+
+    view: GraphView
+    analysis: Analysis
+    make: FindingFactory
+    failure: LoweringError | None = None
+    verbose: bool = False
+    plans: dict[Region, Fold | Left] = field(default_factory=dict)
+
+    @cached_property
+    def coverage(self) -> Coverage:
+        """For QL005 and the summary row alike."""
+        return coverage(self.view)
+
+    def plan(self, region: Region) -> Fold | Left:
+        if region not in self.plans:
+            self.plans[region] = plan_region(region)
+        return self.plans[region]
+
+    def fixable(self, region: Region) -> bool:
+        """A finding is fixable exactly when `--fix` has a proven fold for it."""
+        return isinstance(self.plan(region), Fold)
+
+
+@dataclass
+class Linted:
+    """One program after its rules ran: what they found, and what `--fix` would do."""
+
+    findings: list[Finding]
+    stats: ArtifactStats
+    analysis: Analysis
+    plans: list[Fold | Left]     # one per region, in graph order
+    failure: LoweringError | None = None  # why the program did not lower
+    lowered: Any | None = None   # the lowered ExportedProgram, when lowering worked
+
+    @property
+    def folds(self) -> list[Fold]:
+        return [p for p in self.plans if isinstance(p, Fold)]
+
+    @property
+    def left(self) -> list[Left]:
+        return [p for p in self.plans if isinstance(p, Left)]
+
+
+def lowering_message(exc: LoweringError, verbose: bool = False) -> str:
+    """One line naming the pass and node; with `verbose`, the traceback after it."""
+    where = f" at node {exc.node.name}" if exc.node is not None else ""
+    message = f"Cortex-M lowering failed in {exc.pass_name}{where}: {first_line(exc.cause)}"
+    if verbose:
+        message += "\n" + "".join(traceback.format_exception(exc.cause))
+    return message
+
+
+@rule("QL003", Scope.LOWERING)
+def lowering_failed(context: Context) -> list[Finding]:
+    exc = context.failure
+    assert exc is not None
+    nodes = (exc.node,) if exc.node is not None else ()
+    return [context.make.make("QL003", lowering_message(exc, context.verbose), nodes, pass_name=exc.pass_name,
+                              graph_nodes=graph_nodes(context.view, dict.fromkeys(nodes, 0)))]
+
+
+def _scale_text(scale: ScaleIsland) -> str:
+    return " ".join(f"{s.symbol} {s.constant}" for s in scale.steps)
+
+
+@rule("QL001", Scope.REGION)
+def constant_scale(context: Context, region: Region) -> Finding:
+    scale = region.scale
+    assert scale is not None
+    exhaustive = region.exhaustive()
+    identity = exhaustive is not None and exhaustive.identity
+    ident_text = (
+        f"already an exact identity on {scale.qp_in.dtype_name} values"
+        if identity
+        else f"not an identity on {scale.qp_in.dtype_name} values"
+    )
+    message = (
+        f"constant scale in fp32: x {_scale_text(scale)} between dequantize {scale.qp_in} "
+        f"and quantize {scale.qp_out}; {ident_text}"
+    )
+    if region.blocked:
+        message += f"; fold blocked by {'; '.join(region.blocked)}"
+    island = region.island
+    return context.make.make(
+        "QL001",
+        message,
+        (region.anchor, *island.nodes),
+        context.fixable(region),
+        ops=island.ops,
+        constants=[
+            {"name": s.constant.name, "kind": s.constant.kind, "value": s.value, "op": s.op} for s in scale.steps
+        ],
+        factor=scale.factor,
+        input_qparams=_qp_dict(scale.qp_in),
+        output_qparams=_qp_dict(scale.qp_out),
+        identity=identity,
+        blocked_by=region.blocked,
+        fp32_elements=fp32_elements(context.view, island),
+        graph_nodes=graph_nodes(context.view, fp32_by_node(context.view, island)),
+    )
+
+
+@rule("QL002", Scope.REGION)
+def fp32_island(context: Context, region: Region) -> Finding:
+    island = region.island
+    elements = fp32_elements(context.view, island)
+    return context.make.make(
+        "QL002",
+        f"fp32 island ({', '.join(island.ops)}), {elements} fp32 elements per inference: {region.reason}",
+        (region.anchor, *island.nodes),
+        context.fixable(region),
+        ops=island.ops,
+        fp32_elements=elements,
+        reason=region.reason,
+        graph_nodes=graph_nodes(context.view, fp32_by_node(context.view, island)),
+    )
+
+
+@rule(CONSTANT_CODE, Scope.REGION)
+def constant_subgraph(context: Context, region: Region) -> Finding:
+    island, constant = region.island, region.constant
+    assert constant is not None
+    elements = fp32_elements(context.view, island)
+    message = f"constant subgraph ({', '.join(island.ops)}), {elements} fp32 elements per inference: {region.reason}"
+    if constant.misread:
+        message += f"; {constant.misread}"
+    return context.make.make(
+        CONSTANT_CODE,
+        message,
+        (region.anchor, *reversed(island.nodes)),
+        context.fixable(region),
+        ops=island.ops,
+        fp32_elements=elements,
+        reason=region.reason,
+        misread=constant.misread,
+        blocked_by=region.blocked,
+        graph_nodes=graph_nodes(context.view, fp32_by_node(context.view, island)),
+    )
+
+
+@rule("QL004", Scope.REGION)
+def requantize(context: Context, region: Region) -> Finding:
+    view, dq, q = context.view, region.island.inputs[0], region.anchor
+    qp_in, qp_out = view.qparams(dq), view.qparams(q)
+    exhaustive = region.exhaustive()
+    identity = exhaustive is not None and exhaustive.identity
+    kind = "an identity" if identity else "a rescale"
+    return context.make.make(
+        "QL004",
+        f"dequantize -> quantize with nothing between ({kind} done in fp32): {qp_in} -> {qp_out}",
+        (q, dq, *dq.all_input_nodes),
+        context.fixable(region),
+        identity=identity,
+        input_qparams=_qp_dict(qp_in),
+        output_qparams=_qp_dict(qp_out),
+        graph_nodes=graph_nodes(view, {dq: numel(dq), q: 0}),
+    )
+
+
+@rule("QL005", Scope.PROGRAM)
+def low_coverage(context: Context) -> list[Finding]:
+    config, cov = context.make.config, context.coverage
+    if cov.ratio >= config.coverage_threshold:
+        return []
+    listed = ", ".join(f"{name} x{count}" for name, count in cov.fp32_op_counts.most_common())
+    by_cause = fp32_causes(context)
+    main = f"; main cause ({by_cause[0][1]} ops): {by_cause[0][0]}" if by_cause else ""
+    return [
+        context.make.make(
+            "QL005",
+            f"int8 coverage {_percent_down(cov.ratio)} < {config.coverage_threshold * 100:g}%: "
+            f"{cov.total - cov.int_ops} of {cov.total} compute ops run in fp32 ({listed}){main}",
+            coverage=cov.ratio,
+            fp32_ops=dict(cov.fp32_op_counts),
+            int_ops=cov.int_ops,
+            causes=[{"cause": cause, "ops": count} for cause, count in by_cause],
+        )
+    ]
+
+
+def fp32_causes(context: Context) -> list[tuple[str, int]]:
+    """Why the fp32 compute ops are fp32, most ops first: the reason of the island each one is in
+    (a constant scale is QL001's, work on constants QL008's), or the quantizer's verdict on the op
+    itself. Reasons that differ only in shapes count as one, said as the first of them says it."""
+    counts: Counter[str] = Counter()
+    said: dict[str, str] = {}
+    view = context.view
+    seen: set[Node] = set()
+
+    def count(reason: str, ops: int) -> None:
+        key = shapes_elided(reason)
+        said.setdefault(key, reason)
+        counts[key] += ops
+
+    for region in context.analysis.regions:
+        if region.code in ("QL001", "QL002"):
+            count("a constant scale between quantized ops (QL001)" if region.scale else region.reason,
+                  len(region.island.compute))
+            seen.update(region.island.compute)
+    constant = [n for island in context.analysis.constants for n in island.compute if constant_fp32(view, n)]
+    if constant:
+        count("work computed only from constants, the same value on every inference (QL008)", len(constant))
+        seen.update(constant)
+    for node in fp32_compute(view):
+        if node not in seen:
+            count(str(cause_of(node, view.as_quantized)), 1)
+    return [(said[key], ops) for key, ops in counts.most_common()]
+
+
+def invalid_message(invalid: Invalid) -> str:
+    node = invalid.node
+    return (
+        f"lowered program cannot run: {op_name(node)} at {node.name} receives "
+        f"{', '.join(invalid.dtypes)}: {invalid.reason}"
+    )
+
+
+@rule("QL007", Scope.PROGRAM)
+def lowered_program_invalid(context: Context) -> list[Finding]:
+    if context.failure is not None or not context.view.lowered:
+        return []  # the quantized program QL003 falls back on is not meant to run on the device
+    invalid = find_invalid(context.view)
+    if invalid is None:
+        return []
+    return [
+        context.make.make(
+            "QL007", invalid_message(invalid), (invalid.node,),
+            op=op_name(invalid.node), input_dtypes=invalid.dtypes, reason=invalid.reason,
+            graph_nodes=graph_nodes(context.view, {invalid.node: numel(invalid.node) if is_float(invalid.node) else 0}),
+        )
+    ]
+
+
+def graph_nodes(view: GraphView, counts: dict[Node, int]) -> dict[str, int]:
+    """A finding's nodes by their names in the checked program, with the fp32 elements each
+    materializes: what `--write model-explorer:` colours. Nodes lowering made are left out."""
+    named: dict[str, int] = {}
+    for node, count in counts.items():
+        name = view.source_name(node)
+        if name is not None:
+            named[name] = named.get(name, 0) + count
+    return named
+
+
+def _qp_dict(qp: QParams | None) -> dict[str, Any] | None:
+    if qp is None:
+        return None
+    return {"scale": qp.scale, "zero_point": qp.zero_point, "qmin": qp.qmin, "qmax": qp.qmax, "dtype": qp.dtype_name}
+
+
+def _percent_down(ratio: float) -> str:
+    """Rounded down, so a ratio just under the threshold never prints as equal to it."""
+    return f"{math.floor(ratio * 1000) / 10:.1f}%"
+
+
+def run_rules(
+    view: GraphView,
+    artifact: str,
+    config: Config,
+    *,
+    failure: LoweringError | None = None,
+    verbose: bool = False,
+    evaluations: Evaluations | None = None,
+) -> Linted:
+    """Run the enabled rules on one program (the quantized one when lowering failed).
+
+    `evaluations` carries exhaustive evaluations over from an earlier analysis of
+    the same graph (the fixed program keeps the nodes it did not fold).
+    """
+    region_codes = {r.code for r in enabled_rules(Scope.REGION, config)}
+    analysis = analyse(view, config, region_codes, evaluations)
+    context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose)
+    findings: list[Finding] = []
+    if failure is not None:
+        for lowering_rule in enabled_rules(Scope.LOWERING, config):
+            findings.extend(lowering_rule.function(context))
+    for region in analysis.regions:
+        findings.append(RULES[region.code].function(context, region))
+    for program_rule in enabled_rules(Scope.PROGRAM, config):
+        findings.extend(program_rule.function(context))
+    cov = context.coverage
+    stats = ArtifactStats(
+        artifact=artifact,
+        nodes=sum(1 for n in view.nodes if n.op == "call_function"),
+        int_kernels=cov.int_ops,
+        fp32_islands=len(analysis.islands),
+        fp32_elements=fp32_total(view, analysis.islands, analysis.constants),
+        coverage=cov.ratio,
+        lowered=view.lowered,
+        graph=view.graph_id,
+    )
+    return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure)

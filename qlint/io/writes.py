@@ -1,0 +1,139 @@
+"""Writing files without ever leaving a partial one behind, or replacing what is not a file."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import signal
+import stat
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from qlint.io.reads import file_kind
+
+# `.<name>.qlint-<pid>-<random>.tmp`: the pid says whether its writer still runs.
+_TEMP = re.compile(r"^\..+\.qlint-(?P<pid>\d+)-[^.]+\.tmp$")
+
+
+class NotAFile(OSError):
+    """An output path that holds a device, FIFO, socket or symlink: it is left as it is."""
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over the target.
+
+    A reader (or a killed writer) sees the old file or the new one, never a
+    truncated file; the temp file is removed when anything fails, and the temp
+    files that killed writers left in the folder are removed by the next write.
+    The target must be a regular file or absent (`ensure_replaceable`): a rename
+    would replace `/dev/null`, a FIFO or a symlink itself. Ctrl-C during the write
+    takes effect once the target is whole or untouched.
+    """
+    path = Path(path)
+    folder = path.parent or Path(".")
+    ensure_replaceable(path)
+    remove_stale_temps(folder)
+    with _interrupts_deferred():
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.qlint-{os.getpid()}-", suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o644)
+            ensure_replaceable(path)  # again: the write may have taken a while
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+
+def ensure_replaceable(path: Path) -> None:
+    """Raise `NotAFile` (IsADirectoryError for a folder) unless `path` is a regular file or nothing.
+
+    A symlink is refused, not followed: an output path in a checkout can be a
+    link that a pull request planted, pointing at any file the CI user may write.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if not stat.S_ISREG(mode):
+        raise NotAFile(f"not a regular file ({file_kind(mode)}); qlint only creates or replaces regular files")
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold SIGINT while a temp file exists, then deliver it: an interrupted run leaves no temp file.
+
+    Only the main thread receives signals (and may set handlers); other threads are never interrupted.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+        if caught:
+            signal.raise_signal(signal.SIGINT)  # handled as it would have been: KeyboardInterrupt by default
+
+
+def remove_stale_temps(folder: Path) -> list[str]:
+    """Remove the temp files of writers that no longer run; return their names."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        match = _TEMP.match(name)
+        if match is None or _alive(int(match["pid"])):
+            continue
+        try:
+            os.unlink(folder / name)
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process, or a pid we cannot ask about: leave it
+    return True
+
+
+def ensure_directory(path: Path) -> str | None:
+    """Create `path` when missing (its parent must exist: a typo should not grow a tree);
+    return why it cannot be used as an output folder, or None."""
+    if path.is_dir():
+        return None
+    if path.exists():
+        return "not a directory"
+    if not path.parent.is_dir():
+        return f"its parent {path.parent} is not a directory"
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return None if path.is_dir() else "not a directory"
+    except OSError as exc:
+        return f"cannot create it: {exc.strerror or exc}"
+    return None

@@ -1,0 +1,257 @@
+"""Try each requested remedy on a target alone, keep what helps within the accuracy guard.
+
+Each build is exported, quantized, lowered and fixed (exact folds, verified) the
+way `qlint fix` does it, then measured: int8 coverage, fp32 ops and elements per
+inference, the planned arena and its live peak, the 256-entry table folds, and
+the SQNR of the program against the float model on the calibration batches plus
+seeded ones. A remedy is kept when one of the first five improves and its SQNR
+is at most `remedy_max_sqnr_drop_db` below the plain build's; the kept ones are
+then built together, and that build, also within the guard, is what `--fix` writes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from qlint.fix.apply import (
+    FixError,
+    FixResult,
+    VerificationError,
+    fix_program,
+    flatten,
+    run_program,
+    verification_inputs,
+)
+from qlint.graph.folds import FoldKind
+from qlint.graph.lowering import first_line
+from qlint.graph.quantize import export_float, quantize_graph, without_fast_paths
+from qlint.graph.readers import seeded_like
+from qlint.graph.view import op_name
+from qlint.io.reads import ReadError
+from qlint.remedies.source import (
+    REMEDIES,
+    Build,
+    Remedy,
+    apply_to_build,
+    apply_to_graph,
+    apply_to_inputs,
+    apply_to_program,
+    apply_to_quantizer,
+    feed,
+    read,
+)
+from qlint.rules.records import Measurement, ProgramIO, RemedyOutcome, RemedyReport, RemedyStatus
+from qlint.settings.config import Config, RemedyName
+
+SQNR_SEEDS = 4  # seeded batches added to the calibration batches for the SQNR
+
+
+class RemedyError(Exception):
+    """A build with these remedies did not export, quantize, lower or run: one line."""
+
+
+@dataclass
+class Remediated:
+    """The build `--fix` goes on with: the quantized program and its inputs in its layout and dtypes.
+
+    `error` says why nothing may be written (the kept remedies together fail, or
+    drop the SQNR over the guard); the report is complete either way.
+    """
+
+    program: Any
+    build: Build
+    report: RemedyReport
+    fixed: FixResult          # that program with the exact folds, verified: what --fix writes
+    error: str | None = None
+
+
+def sqnr_db(reference: Sequence[torch.Tensor], actual: Sequence[torch.Tensor]) -> float:
+    """10·log10(signal / noise) over every output element; inf when the outputs are equal."""
+    signal = sum(float(r.double().pow(2).sum()) for r in reference)
+    noise = sum(float((r.double() - a.double()).pow(2).sum()) for r, a in zip(reference, actual, strict=True))
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def sqnr_batches(build: Build, seeds: int = SQNR_SEEDS) -> list[tuple[Any, ...]]:
+    """The calibration batches (or the example) and `seeds` seeded batches scaled like the example."""
+    batches = list(build.calibration) or [build.example]
+    for seed in range(seeds):
+        generator = torch.Generator().manual_seed(1000 + seed)
+        batches.append(tuple(
+            seeded_like(t, generator, scale=float(t.float().std()) if t.numel() > 1 else 1.0)
+            if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+            for t in build.example
+        ))
+    return batches
+
+
+def float_outputs(model: Any, batches: Sequence[tuple[Any, ...]]) -> list[torch.Tensor]:
+    """Every output tensor of the float model on every batch, flat, in order."""
+    with torch.no_grad(), without_fast_paths():
+        return [t.reshape(-1) for batch in batches for t in flatten(model.eval()(*batch))]
+
+
+def build_program(build: Build, remedies: list[Remedy]) -> tuple[Any, Build, ProgramIO | None]:
+    """The quantized ExportedProgram of `build` with `remedies`, the build in its layout, and its integer IO."""
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+
+    changed = apply_to_build(build, remedies)
+    graph = apply_to_graph(export_float(changed.model, changed.example), remedies)
+    quantizer = apply_to_quantizer(CortexMQuantizer(), remedies)
+    program = quantize_graph(graph, changed.example, list(changed.calibration), quantizer)
+    return program, changed, apply_to_program(program, remedies)
+
+
+def measure(program: Any, config: Config, artifact: str, verify: Sequence[tuple[Any, ...]],
+            batches: Sequence[tuple[Any, ...]], io: ProgramIO | None,
+            reference: Sequence[torch.Tensor]) -> tuple[FixResult, Measurement]:
+    """Fix `program` as `--fix` would (exact folds, verified on `verify`), and measure the result.
+
+    The figures are those of the program `--fix` writes, so a remedy whose gain is
+    a better fold (an identity instead of a table) shows it. `verify` and `batches`
+    are as the program takes them; its integer outputs are read back through `io`.
+    """
+    try:
+        fixed = fix_program(program, artifact, config, verify)
+    except (FixError, VerificationError) as exc:
+        raise RemedyError(str(exc)) from None
+    lowered = fixed.program
+    try:
+        outputs = [read(batch, io) for batch in run_program(lowered, batches)]
+    except Exception as exc:  # the fixed program cannot run on these batches
+        raise RemedyError(f"the lowered program does not run: {first_line(exc)}") from None
+    names = (op_name(n).removesuffix(".default") for n in lowered.graph.nodes if n.op == "call_function")
+    kernels = Counter(n for n in names if n.startswith("cortex_m.") and not n.endswith("quantize_per_tensor"))
+    summary = fixed.summary
+    return fixed, Measurement(
+        coverage=fixed.stats.coverage,
+        fp32_ops=summary.fp32_ops[1],
+        fp32_elements=fixed.stats.fp32_elements,
+        arena_bytes=summary.activation_bytes[1],
+        live_peak_bytes=summary.live_peak_bytes[1],
+        table_folds=sum(1 for fold in summary.folds if fold.kind == FoldKind.TABLE),
+        sqnr_db=sqnr_db(reference, [t.reshape(-1) for batch in outputs for t in batch]),
+        kernels=dict(sorted(kernels.items())),
+    )
+
+
+def _gains(before: Measurement, after: Measurement) -> list[str]:
+    """What improved, in words; empty when nothing did."""
+    gains = []
+    if after.coverage > before.coverage:
+        gains.append(f"int8 coverage {before.coverage:.0%} -> {after.coverage:.0%}")
+    if after.fp32_elements < before.fp32_elements:
+        gains.append(f"fp32 elements {before.fp32_elements} -> {after.fp32_elements}")
+    if after.arena_bytes < before.arena_bytes:
+        gains.append(f"arena {before.arena_bytes} -> {after.arena_bytes} bytes")
+    if after.live_peak_bytes < before.live_peak_bytes:
+        gains.append(f"live peak {before.live_peak_bytes} -> {after.live_peak_bytes} bytes")
+    if after.table_folds < before.table_folds:
+        gains.append(f"256-entry table folds {before.table_folds} -> {after.table_folds}")
+    return gains
+
+
+def sqnr_drop(before: Measurement, after: Measurement) -> float:
+    if math.isinf(before.sqnr_db) and math.isinf(after.sqnr_db):
+        return 0.0
+    return before.sqnr_db - after.sqnr_db
+
+
+@dataclass
+class _Candidate:
+    program: Any
+    build: Build            # in the program's layout and input dtypes
+    fixed: FixResult
+    measured: Measurement
+    io: ProgramIO | None
+
+
+def _built(build: Build, remedies: list[Remedy], config: Config, artifact: str,
+           batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> _Candidate:
+    try:
+        program, changed, io = build_program(build, remedies)
+    except Exception as exc:  # export or quantization raised with this remedy
+        raise RemedyError(f"export/quantization failed: {type(exc).__name__}: {first_line(exc)}") from None
+    verify = [feed(b, io) for b in verification_inputs(changed.example, list(changed.calibration))]
+    fed = [feed(apply_to_inputs(b, remedies), io) for b in batches]
+    fixed, measured = measure(program, config, artifact, verify, fed, io, reference)
+    as_fed = Build(changed.model, feed(changed.example, io), tuple(feed(b, io) for b in changed.calibration))
+    return _Candidate(program, as_fed, fixed, measured, io)
+
+
+def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifact: str) -> Remediated:
+    """Try each remedy alone against the plain build; build the kept ones together.
+
+    Raises ReadError when the plain build fails.
+    """
+    batches = sqnr_batches(build)
+    reference = float_outputs(build.model, batches)
+    guard = config.remedy_max_sqnr_drop_db
+    try:
+        plain = _built(build, [], config, artifact, batches, reference)
+    except RemedyError as exc:
+        raise ReadError(f"the plain build fails: {exc}") from None
+    baseline = plain.measured
+    report = RemedyReport(artifact, baseline, sqnr_inputs=len(batches), max_sqnr_drop_db=guard)
+    float_graph = export_float(build.model, build.example)
+    kept: dict[RemedyName, _Candidate] = {}
+    for name in names:
+        remedy = REMEDIES[name]
+        reason = remedy.not_applicable(float_graph)
+        if reason is not None:
+            report.outcomes.append(RemedyOutcome(name, RemedyStatus.SKIPPED, f"does not apply: {reason}"))
+            continue
+        try:
+            candidate = _built(build, [remedy], config, artifact, batches, reference)
+        except RemedyError as exc:
+            report.outcomes.append(RemedyOutcome(name, RemedyStatus.FAILED, str(exc)))
+            continue
+        measured, io = candidate.measured, candidate.io
+        if io is not None and not io.inputs and not io.outputs:
+            report.outcomes.append(RemedyOutcome(name, RemedyStatus.SKIPPED, (
+                "does not apply: no program input feeds one quantize and no output is a dequantize")))
+            continue
+        gains, drop = _gains(baseline, measured), sqnr_drop(baseline, measured)
+        if not gains:
+            report.outcomes.append(RemedyOutcome(name, RemedyStatus.SKIPPED, "did not help", measured))
+        elif drop > guard:
+            report.outcomes.append(RemedyOutcome(
+                name, RemedyStatus.REFUSED,
+                f"SQNR {baseline.sqnr_db:.1f} -> {measured.sqnr_db:.1f} dB drops {drop:.2f} dB, over the "
+                f"{guard:g} dB guard (remedy_max_sqnr_drop_db); it would give {', '.join(gains)}",
+                measured, remedy.user_change, io,
+            ))
+        else:
+            kept[name] = candidate
+            report.outcomes.append(RemedyOutcome(name, RemedyStatus.KEPT, "; ".join(gains), measured,
+                                                 remedy.user_change, io))
+    if not kept:
+        report.final = baseline
+        return Remediated(plain.program, plain.build, report, plain.fixed)
+    if len(kept) == 1:
+        final = next(iter(kept.values()))
+    else:
+        try:
+            final = _built(build, [REMEDIES[name] for name in kept], config, artifact, batches, reference)
+        except RemedyError as exc:
+            return Remediated(plain.program, plain.build, report, plain.fixed,
+                              f"the kept remedies together fail, nothing written: {exc}")
+    report.final, report.io = final.measured, final.io
+    drop = sqnr_drop(baseline, final.measured)
+    if drop > guard:
+        return Remediated(final.program, final.build, report, final.fixed, (
+            f"with {', '.join(kept)} together the SQNR drops {drop:.2f} dB "
+            f"({baseline.sqnr_db:.1f} -> {final.measured.sqnr_db:.1f} dB), over the {guard:g} dB guard; "
+            "nothing written"
+        ))
+    return Remediated(final.program, final.build, report, final.fixed)

@@ -1,0 +1,362 @@
+"""Render a Report: text, json, github, sarif, plus the summary table and statistics."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+from qlint import __version__
+from qlint.io.reads import printable
+from qlint.rules.catalog import load_catalog
+from qlint.rules.records import (
+    Finding,
+    FixSummary,
+    Measurement,
+    PlanMemory,
+    ProgramIO,
+    RemedyReport,
+    RemedyStatus,
+    Report,
+    Severity,
+    shapes_elided,
+)
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def _where(f: Finding) -> str:
+    return f"{f.location}" if f.location else f.artifact
+
+
+def by_cause(findings: list[Finding]) -> list[list[Finding]]:
+    """Findings in report order, with the QL002 islands of one artifact that share a cause gathered
+    where the first of them stands: a network of 50 NCHW convolutions is one root cause, not 50."""
+    groups: list[list[Finding]] = []
+    index: dict[tuple[Any, ...], list[Finding]] = {}
+    for f in findings:
+        reason = f.details.get("reason") if f.code == "QL002" else None
+        if not reason:
+            groups.append([f])
+            continue
+        key = (f.artifact, f.code, f.severity, f.fixable, shapes_elided(reason))
+        if key in index:
+            index[key].append(f)
+        else:
+            index[key] = [f]
+            groups.append(index[key])
+    return groups
+
+
+def _group_reason(group: list[Finding]) -> str:
+    """The group's cause: as each finding says it when they agree, else with the differing shapes elided."""
+    reasons = {str(g.details["reason"]) for g in group}
+    return reasons.pop() if len(reasons) == 1 else shapes_elided(str(group[0].details["reason"]))
+
+
+def _listed(items: list[str], shown: int = 3) -> str:
+    more = f" (+{len(items) - shown} more)" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
+def _finding_lines(group: list[Finding], quiet: bool) -> list[str]:
+    f = group[0]
+    fix = " [*]" if f.fixable else ""
+    if len(group) == 1:
+        lines = [f"{f.artifact}: {f.code}{fix} [{f.severity}] {f.message}"]
+    else:
+        elements = sum(int(g.details.get("fp32_elements", 0)) for g in group)
+        lines = [f"{f.artifact}: {f.code}{fix} [{f.severity}] {len(group)} fp32 islands, {elements} fp32 elements "
+                 f"per inference: {_group_reason(group)}"]
+    if quiet:
+        return lines
+    places = list(dict.fromkeys(g.location for g in group if g.location))
+    if places:
+        code = f"  {places[0].code}" if places[0].code else ""
+        lines.append(f"  --> {places[0]}{code}")
+        if len(places) > 1:
+            lines.append(f"  and at {_listed([str(p) for p in places[1:]])}")
+    elif f.details.get("module"):
+        modules = list(dict.fromkeys(str(g.details.get("module")) for g in group if g.details.get("module")))
+        lines.append(f"  --> in module {_listed(modules)}")
+    nodes = [g.node for g in group if g.node]
+    if nodes:
+        lines.append(f"  {'node' if len(nodes) == 1 else 'nodes'}: {_listed(nodes)}")
+    return lines
+
+
+def text(report: Report, *, quiet: bool = False) -> str:
+    lines = []
+    for group in by_cause(report.findings):
+        lines.extend(_finding_lines(group, quiet))
+    for remedied in report.remedies:
+        lines.extend(remedy_lines(remedied))
+    for summary in report.fixes:
+        lines.extend(fix_lines(summary))
+    lines.extend(memory_line(plan) for plan in report.memory)
+    lines = [printable(line) for line in lines]  # names and messages come from artifacts
+    if not quiet and report.stats:
+        lines.append("")
+        lines.append(summary_table(report, "simple"))
+    if not quiet:
+        lines.append("")
+        lines.append(totals(report))
+    return "\n".join(lines)
+
+
+def memory_line(plan: PlanMemory) -> str:
+    """A shipped program's memory plan: what `--write memory-plot:` draws for a `.pte`."""
+    peak = plan.peak
+    return (f"{plan.artifact}: memory plan: arena {plan.arena_bytes} bytes, live peak {peak.bytes} bytes at "
+            f"step {peak.step} ({peak.node}): {peak.fp32_bytes} fp32, {peak.input_bytes} of them graph inputs")
+
+
+def _tally(fix: FixSummary, codes: tuple[str, ...]) -> tuple[int, int]:
+    """How many regions of these rules were folded, and how many left."""
+    return sum(1 for f in fix.folds if f.code in codes), sum(1 for f in fix.left if f.code in codes)
+
+
+def fix_lines(fix: FixSummary) -> list[str]:
+    verb = "would fold" if fix.dry_run else "folded"
+    head = f"{fix.artifact}: {'--diff' if fix.dry_run else 'fixed'}"
+    if fix.output:
+        head += f" -> {fix.output} ({fix.pte_bytes} bytes, verified bit-exact on {fix.verified_inputs} inputs)"
+    lines = [head]
+    islands = _tally(fix, ("QL001", "QL002"))
+    lines.append(f"  islands: {fix.islands_found} found, {islands[0]} {verb}, {islands[1]} left")
+    constants = _tally(fix, ("QL008",))
+    if any(constants):
+        lines.append(f"  constant subgraphs: {sum(constants)} found, {constants[0]} {verb}, {constants[1]} left")
+    for fold in fix.folds:
+        lines.append(f"  {verb} {fold.code} at {fold.node}: {fold.change}")
+    for item in fix.left:
+        lines.append(f"  left {item.code} at {item.node}: {item.reason}")
+    if not fix.dry_run:
+        (ops0, ops1), (el0, el1), (mem0, mem1) = fix.fp32_ops, fix.fp32_elements, fix.activation_bytes
+        lines.append(f"  fp32 ops {ops0} -> {ops1}; fp32 elements per inference {el0} -> {el1}; "
+                     f"planned activation memory {mem0} -> {mem1} bytes")
+        if fix.live_peak:
+            peak = fix.live_peak
+            where = f" ({peak.location})" if peak.location else ""
+            lines.append(f"  live peak {fix.live_peak_bytes[0]} -> {fix.live_peak_bytes[1]} bytes, "
+                         f"at {peak.node}{where}: {peak.fp32_bytes} fp32, "
+                         f"{peak.input_bytes} of them graph inputs")
+    lines.append(
+        f"  lowering repair: {'needed (linear feeding a batch matmul)' if fix.lowering_repair else 'not needed'}"
+    )
+    return lines
+
+
+def _measured(m: Measurement) -> str:
+    return (f"int8 coverage {m.coverage:.0%}, {m.fp32_ops} fp32 ops, {m.fp32_elements} fp32 elements per inference, "
+            f"arena {m.arena_bytes} bytes (live peak {m.live_peak_bytes}), SQNR {m.sqnr_db:.1f} dB")
+
+
+def kernels_gained(before: Measurement, after: Measurement) -> dict[str, int]:
+    """Cortex-M kernels the remedies added, by name (the Counter difference)."""
+    return dict(Counter(after.kernels) - Counter(before.kernels))
+
+
+def io_lines(io: ProgramIO | None) -> list[str]:
+    """What the application converts for an int8-io program."""
+    if io is None:
+        return []
+    lines = [f"    input {q.index} ({q.name}) is {q.dtype}: q = clamp(round(x / {q.scale:.8g}) {q.zero_point:+d}, "
+             f"{q.qmin}, {q.qmax})" for q in io.inputs]
+    lines += [f"    output {q.index} is {q.dtype}: x = (q {-q.zero_point:+d}) * {q.scale:.8g}" for q in io.outputs]
+    return lines
+
+
+def remedy_lines(remedied: RemedyReport) -> list[str]:
+    lines = [f"{remedied.artifact}: remedies (unsafe fixes; SQNR of the int8 program against the float model "
+             f"on {remedied.sqnr_inputs} inputs, guard {remedied.max_sqnr_drop_db:g} dB)",
+             f"  before: {_measured(remedied.baseline)}"]
+    for outcome in remedied.outcomes:
+        lines.append(f"  {outcome.status} {outcome.remedy}: {outcome.reason}")
+        if outcome.measured is not None and outcome.status != RemedyStatus.SKIPPED:
+            lines.append(f"    SQNR {remedied.baseline.sqnr_db:.1f} -> {outcome.measured.sqnr_db:.1f} dB")
+        if outcome.status == RemedyStatus.KEPT:
+            lines.append("    in your export script:")
+            lines.extend(f"      {line}" for line in outcome.user_change)
+            lines.extend(io_lines(outcome.io))
+    if remedied.kept and remedied.final is not None:
+        lines.append(f"  after: {_measured(remedied.final)}")
+        gained = kernels_gained(remedied.baseline, remedied.final)
+        if gained:
+            lines.append(f"  Cortex-M kernels gained: {', '.join(f'{k} x{n}' for k, n in gained.items())}")
+    return lines
+
+
+def summary_table(report: Report, fmt: str = "simple") -> str:
+    rows = [
+        [
+            printable(s.artifact),
+            s.nodes,
+            "-" if s.static else s.int_kernels,
+            s.fp32_islands,
+            s.fp32_elements,
+            "-" if s.static else f"{s.coverage:.0%}",
+            "static tier" if s.static else "yes" if s.lowered else "no (QL003)",
+        ]
+        for s in report.stats
+    ]
+    headers = ["artifact", "nodes", "int8 kernels", "fp32 islands", "fp32 elements", "coverage", "lowered"]
+    return tabulate(rows, headers=headers, tablefmt=fmt)
+
+
+def totals(report: Report) -> str:
+    by_severity = Counter(f.severity for f in report.findings)
+    fixable = sum(1 for f in report.findings if f.fixable)
+    if not report.findings:
+        if report.errors:
+            text = "No findings in the inputs that could be checked."
+        else:
+            text = "All checks passed." if report.checked or report.stats else "No artifacts checked."
+    else:
+        parts = ", ".join(f"{by_severity[s]} {s}" for s in list(Severity)[:-1] if by_severity[s])
+        text = f"Found {len(report.findings)} finding{'s' if len(report.findings) != 1 else ''} ({parts})."
+        if fixable:
+            text += f"\n[*] {fixable} fixable with `qlint check --fix`."
+    if report.errors:
+        text += f"\n{len(report.errors)} input{'s' if len(report.errors) != 1 else ''} could not be checked."
+    return text
+
+
+def statistics(report: Report) -> str:
+    catalog = load_catalog()
+    counts = Counter(f.code for f in report.findings)
+    fixable = {f.code for f in report.findings if f.fixable}
+    rows = [
+        [count, code, "[*]" if code in fixable else "", catalog[code].name]
+        for code, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    return tabulate(rows, tablefmt="plain")
+
+
+def as_json(report: Report) -> str:
+    return json.dumps(
+        {
+            "version": __version__,
+            "findings": [f.to_dict() for f in report.findings],
+            "artifacts": [s.to_dict() for s in report.stats],
+            "errors": [{"artifact": e.artifact, "message": e.message} for e in report.errors],
+            "fixes": [f.to_dict() for f in report.fixes],
+            "remedies": [r.to_dict() for r in report.remedies],
+            "memory": [m.to_dict() for m in report.memory],
+        },
+        indent=2,
+    )
+
+
+def _gh_escape(value: str, prop: bool = False) -> str:
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if prop:
+        value = value.replace(":", "%3A").replace(",", "%2C")
+    return value
+
+
+def github(report: Report) -> str:
+    """GitHub workflow commands: one annotation per finding, on the model source line."""
+    catalog = load_catalog()
+    lines = []
+    for f in report.findings:
+        props = [f"file={_gh_escape(f.location.path if f.location else f.artifact, True)}"]
+        if f.location:
+            props.append(f"line={f.location.line}")
+        props.append(f"title={_gh_escape(f'{f.code} {catalog[f.code].name}', True)}")
+        lines.append(f"::{GITHUB_LEVEL[f.severity]} {','.join(props)}::{_gh_escape(f'{f.artifact}: {f.message}')}")
+    for e in report.errors:
+        lines.append(f"::error file={_gh_escape(e.artifact, True)},title=qlint::{_gh_escape(e.message)}")
+    return "\n".join(printable(line) for line in lines)
+
+
+def sarif(report: Report) -> str:
+    catalog = load_catalog()
+    codes = list(catalog)
+    rules = [
+        {
+            "id": r.code,
+            "name": r.name,
+            "shortDescription": {"text": r.summary.strip()},
+            "fullDescription": {"text": r.what_it_does.strip()},
+            "help": {"text": f"{r.why_it_matters.strip()}\n\nFix safety: {r.fix_safety.strip()}"},
+            "defaultConfiguration": {"level": SARIF_LEVEL.get(r.default_severity, "warning")},
+        }
+        for r in catalog.values()
+    ]
+    results = []
+    for f in report.findings:
+        location: dict[str, Any] = {
+            "physicalLocation": {
+                "artifactLocation": {"uri": f.location.path if f.location else f.artifact},
+                **({"region": {"startLine": f.location.line}} if f.location else {}),
+            }
+        }
+        if f.node:
+            location["logicalLocations"] = [{"name": f.node, "kind": "function"}]
+        results.append(
+            {
+                "ruleId": f.code,
+                "ruleIndex": codes.index(f.code),
+                "level": SARIF_LEVEL[f.severity],
+                "message": {"text": f.message},
+                "locations": [location],
+                "properties": {"artifact": f.artifact, "fixable": f.fixable},
+            }
+        )
+    notifications = [{"level": "error", "message": {"text": f"{e.artifact}: {e.message}"}} for e in report.errors]
+    run = {
+        "tool": {
+            "driver": {
+                "name": "qlint",
+                "version": __version__,
+                "informationUri": "https://github.com/qlint/qlint",
+                "rules": rules,
+            }
+        },
+        "results": results,
+        "invocations": [{"executionSuccessful": not report.errors, "toolExecutionNotifications": notifications}],
+    }
+    return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)
+
+
+def markdown(report: Report, attachments: Sequence[str] = ()) -> str:
+    """A summary for `$GITHUB_STEP_SUMMARY`: the artifact table, then the findings, then links to
+    the other files the run wrote (`attachments`: a memory plot, Model Explorer node data)."""
+    lines = ["## qlint", ""]
+    if report.stats:
+        lines += [summary_table(report, "github"), ""]
+    if report.findings:
+        rows = [
+            [
+                f"`{f.code}`",
+                f.severity,
+                printable(f.artifact),
+                f"`{f.location}`" if f.location else "",
+                printable(f.message).replace("|", "\\|"),
+            ]
+            for f in report.findings
+        ]
+        lines += [tabulate(rows, headers=["code", "severity", "artifact", "source", "message"], tablefmt="github"), ""]
+    for remedied in report.remedies:
+        lines += ["```", *(printable(line) for line in remedy_lines(remedied)), "```", ""]
+    for fix in report.fixes:
+        lines += ["```", *(printable(line) for line in fix_lines(fix)), "```", ""]
+    if report.memory:
+        lines += ["```", *(printable(memory_line(plan)) for plan in report.memory), "```", ""]
+    for error in report.errors:
+        lines.append(printable(f"- :x: `{error.artifact}`: {error.message}"))
+    for link in attachments:
+        shown = printable(link).replace("]", "\\]")
+        image = link.lower().endswith((".svg", ".png"))
+        lines += [f"{'!' if image else ''}[{shown}](<{printable(link)}>)", ""]
+    lines.append(totals(report).replace("\n", "  \n"))
+    return "\n".join(lines)
+
+
+FORMATS: dict[str, Callable[[Report], str]] = {"json": as_json, "github": github, "sarif": sarif, "markdown": markdown}

@@ -1,0 +1,271 @@
+"""The Finding record every rule produces and every reporter consumes."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from qlint._compat import StrEnum
+from qlint.io.reads import printable
+
+# A shape or argument list in a cause (`conv2d output [1, 8, 8, 8] is NCHW`).
+_SHAPE = re.compile(r"\[-?\d+(?:, -?\d+)*\]")
+
+
+def shapes_elided(reason: str) -> str:
+    """A cause with its shape lists elided: causes that differ only in these are one root cause
+    (a network of NCHW convolutions of many sizes)."""
+    return _SHAPE.sub("[...]", reason)
+
+
+class Severity(StrEnum):
+    """How much a finding matters; `off` deselects its rule."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+    OFF = "off"
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where in the user's model source a graph node was created."""
+
+    path: str
+    line: int
+    code: str = ""
+    file: str = field(default="", compare=False)  # absolute path, to read the line's comments
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: Severity
+    message: str
+    artifact: str
+    node: str = ""
+    location: Location | None = None
+    fixable: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["location"] = asdict(self.location) if self.location else None
+        return data
+
+
+@dataclass
+class ArtifactStats:
+    """Per-artifact numbers for the summary table."""
+
+    artifact: str
+    nodes: int = 0
+    int_kernels: int = 0
+    fp32_islands: int = 0
+    fp32_elements: int = 0
+    coverage: float = 1.0
+    lowered: bool = True
+    graph: str = "graph"   # the id Model Explorer's adapter gives the program's graph
+    static: bool = False   # read by `--static`: no lowering, so no kernels or coverage
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class InputError:
+    """A path or target that could not be read: reported in one line, exit code 2."""
+
+    artifact: str
+    message: str
+
+    def __str__(self) -> str:
+        return printable(f"{self.artifact}: {self.message}")
+
+
+@dataclass(frozen=True)
+class AppliedFold:
+    """One fold `--fix` applied (or, with `--diff`, would apply)."""
+
+    code: str
+    node: str
+    kind: str      # identity | table | rescale
+    change: str    # what was rewritten, in words
+
+
+@dataclass(frozen=True)
+class LeftIsland:
+    """An island or requantize pair `--fix` leaves, and why."""
+
+    code: str
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LivePeak:
+    """The most bytes a program's memory plan holds at one step: a floor under any plan."""
+
+    bytes: int                  # live at the peak step
+    fp32_bytes: int             # of which fp32 tensors
+    input_bytes: int            # of which graph inputs
+    node: str                   # the operator that runs at that step
+    location: str | None = None  # the model source line that created it
+    step: int = 0               # its index in the timeline
+
+
+@dataclass(frozen=True)
+class MemoryTimeline:
+    """Planned arena bytes live at every step of a program (a step is a node of the planned graph):
+    what `--write memory-plot:` draws, and where the live peak is read from."""
+
+    total: tuple[int, ...]
+    fp32: tuple[int, ...]      # of which fp32 tensors; the rest are integer
+
+
+@dataclass(frozen=True)
+class PlanMemory:
+    """The memory plan a shipped `.pte` carries: its arena, and the bytes live at every instruction."""
+
+    artifact: str
+    arena_bytes: int            # planned (non_const_buffer_sizes)
+    timeline: MemoryTimeline    # step 0: the inputs; step i: the i-th instruction
+    peak: LivePeak
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class FixSummary:
+    """What `--fix` did to one artifact (or, with `--diff`, would do)."""
+
+    artifact: str
+    folds: list[AppliedFold] = field(default_factory=list)
+    left: list[LeftIsland] = field(default_factory=list)
+    islands_found: int = 0
+    fp32_ops: tuple[int, int] = (0, 0)              # float compute ops before, after
+    fp32_elements: tuple[int, int] = (0, 0)
+    activation_bytes: tuple[int, int] = (0, 0)      # planned (non_const_buffer_sizes)
+    live_peak_bytes: tuple[int, int] = (0, 0)       # the floor under any plan of the program
+    live_peak: LivePeak | None = None               # after the fix
+    live_peak_before: LivePeak | None = None
+    memory: tuple[MemoryTimeline | None, MemoryTimeline | None] = (None, None)  # before, after
+    pte_bytes: int = 0
+    lowering_repair: bool = False
+    verified_inputs: int = 0
+    output: str | None = None
+    dry_run: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One build of a target, lowered and fixed: what runs in int8, its memory, how close it is to the float model."""
+
+    coverage: float
+    fp32_ops: int
+    fp32_elements: int
+    arena_bytes: int             # planned activation memory
+    live_peak_bytes: int         # the floor under any plan
+    table_folds: int             # islands folded into a 256-entry table (an identity needs none)
+    sqnr_db: float               # int8 program against the float model (inf: equal outputs)
+    kernels: dict[str, int]      # Cortex-M kernels in the lowered program, by name
+
+
+@dataclass(frozen=True)
+class IOQParams:
+    """How the application converts one int8 program input (q = round(x / scale) + zero_point) or output."""
+
+    name: str
+    index: int        # position among the program's user inputs (or outputs)
+    scale: float
+    zero_point: int
+    qmin: int
+    qmax: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ProgramIO:
+    """The program inputs and outputs the `int8-io` remedy made integer; the others stay float."""
+
+    inputs: tuple[IOQParams, ...] = ()
+    outputs: tuple[IOQParams, ...] = ()
+
+
+class RemedyStatus(StrEnum):
+    KEPT = "kept"          # it helped and accuracy stayed within the guard
+    SKIPPED = "skipped"    # it does not apply, or it did not help
+    REFUSED = "refused"    # it helped, but its SQNR drop is over the guard
+    FAILED = "failed"      # export, quantization or lowering raised with it
+
+
+@dataclass(frozen=True)
+class RemedyOutcome:
+    remedy: str
+    status: RemedyStatus
+    reason: str
+    measured: Measurement | None = None
+    user_change: tuple[str, ...] = ()
+    io: ProgramIO | None = None      # int8-io: what the application feeds and reads
+
+
+@dataclass
+class RemedyReport:
+    """What the remedies did to one target, each tried alone against the plain build."""
+
+    artifact: str
+    baseline: Measurement
+    outcomes: list[RemedyOutcome] = field(default_factory=list)
+    final: Measurement | None = None   # every kept remedy together
+    io: ProgramIO | None = None        # the final build's integer inputs and outputs (int8-io)
+    sqnr_inputs: int = 0               # batches the SQNR was measured on
+    max_sqnr_drop_db: float = 1.0
+    factory: str = ""                  # `module:function` of a config target
+    factory_file: str = ""             # its module's file, for `--write patch:`
+
+    @property
+    def kept(self) -> list[RemedyOutcome]:
+        return [o for o in self.outcomes if o.status == RemedyStatus.KEPT]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON has no infinity: equal outputs carry `sqnr_db: null`."""
+        return _finite(asdict(self))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+@dataclass
+class Report:
+    findings: list[Finding] = field(default_factory=list)
+    stats: list[ArtifactStats] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    fixes: list[FixSummary] = field(default_factory=list)
+    remedies: list[RemedyReport] = field(default_factory=list)
+    memory: list[PlanMemory] = field(default_factory=list)   # of the checked .pte files
+    checked: int = 0                                # artifacts and targets attempted
+
+    def extend(self, other: Report) -> None:
+        self.checked += other.checked
+        self.findings.extend(other.findings)
+        self.stats.extend(other.stats)
+        self.errors.extend(other.errors)
+        self.fixes.extend(other.fixes)
+        self.remedies.extend(other.remedies)
+        self.memory.extend(other.memory)

@@ -1,0 +1,431 @@
+"""Run qlint over inputs: find artifacts and targets, answer from the cache, lint or fix each one.
+
+The per-program work (lower, run the rules) is `qlint.graph.lint`; this module
+owns discovery, the cache, shards, child processes and writing fixes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qlint.io.reads import ReadError, shown_path
+from qlint.rules.records import InputError, Report
+from qlint.settings.config import Config, RemedyName, Target
+from qlint.settings.options import RunOptions
+
+
+def _matches(rel: str, patterns: Iterable[str]) -> bool:
+    return any(
+        fnmatch.fnmatch(rel, p) or (p.startswith("**/") and fnmatch.fnmatch(rel, p[3:])) for p in patterns
+    )
+
+
+def collect(paths: list[Path], config: Config) -> tuple[list[Path], list[InputError]]:
+    """Files to check, in a stable order: explicit files as given, directories walked.
+
+    Walking never follows a symlinked folder (no loops); a matching name that is
+    not a regular file (a FIFO, a device, a dangling link) is an error, not a skip,
+    and so is a folder that cannot be listed (too deep for the OS's path limit,
+    unreadable): it may hold artifacts, and a run must not pass by not seeing them.
+    """
+    files: list[Path] = []
+    errors: list[InputError] = []
+    for path in paths:
+        try:
+            folder = stat.S_ISDIR(path.stat().st_mode)
+        except OSError as exc:
+            if not os.path.lexists(path):  # a dangling link is read (and refused) like any file
+                errors.append(InputError(display(path), _missing(exc)))
+                continue
+            folder = False
+        if folder:
+            _walk(path, config, files, errors)
+        else:
+            files.append(path)
+    return files, errors
+
+
+def _missing(exc: OSError) -> str:
+    """Why a path given on the command line cannot be found."""
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return "no such file or directory"
+    return f"cannot read: {exc.strerror or exc}"
+
+
+def _walk(top: Path, config: Config, files: list[Path], errors: list[InputError]) -> None:
+    """`os.walk`'s top-down, sorted order, without its recursion (a deep tree is no RecursionError)
+    or its silence about the folders it cannot list."""
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError as exc:
+            errors.append(InputError(display(folder), f"cannot list this folder: {exc.strerror or exc}"))
+            continue
+        subfolders = []
+        for entry in entries:
+            found = folder / entry.name
+            if _is_folder(entry):
+                subfolders.append(found)
+                continue
+            rel = found.relative_to(top).as_posix()
+            if not _matches(rel, config.include) or _matches(rel, config.exclude):
+                continue
+            problem = _not_regular(found)
+            if problem is None:
+                files.append(found)
+            else:
+                errors.append(InputError(display(found), problem))
+        stack.extend(reversed(subfolders))
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    """A real folder (a symlink to one is not walked into)."""
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _not_regular(path: Path) -> str | None:
+    """Why a walked name that matches cannot be checked, or None for a regular file (symlinks followed)."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):  # a dangling link
+        return "not a regular file"
+    except OSError as exc:  # a symlink loop, a path over the OS's limit
+        return f"cannot read: {exc.strerror or exc}"
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def display(path: Path) -> str:
+    """How an artifact is named in reports: relative to the working directory when inside it."""
+    return shown_path(path, Path.cwd()) or path.as_posix()
+
+
+def fix_into(
+    report: Report,
+    program: Any,
+    artifact: str,
+    destination: Path,
+    inputs: list[tuple[Any, ...]],
+    config: Config,
+    options: RunOptions,
+) -> None:
+    """Fix one program and write its .pte atomically; on any failure write nothing."""
+    from qlint.fix.apply import FixError, VerificationError, fix_program
+
+    try:
+        result = fix_program(program, artifact, config, inputs, options)
+    except FixError as exc:
+        report.errors.append(InputError(artifact, str(exc)))
+        return
+    except VerificationError as exc:
+        report.errors.append(InputError(artifact, f"fix failed verification, nothing written: {exc}"))
+        return
+    record_fix(report, result, artifact, destination)
+
+
+def record_fix(report: Report, result: Any, artifact: str, destination: Path) -> None:
+    """Write a verified fix's .pte (none for a dry run) and add its findings and summary to the report."""
+    from qlint.io.writes import write_atomic
+
+    if result.pte is not None:
+        try:
+            write_atomic(destination, result.pte)
+        except OSError as exc:
+            report.errors.append(InputError(artifact, f"cannot write {display(destination)}: {exc.strerror or exc}"))
+            return
+        result.summary.output = display(destination)
+    report.findings.extend(result.findings)
+    report.stats.append(result.stats)
+    report.fixes.append(result.summary)
+
+
+def lint_file(path: Path, config: Config, options: RunOptions, cache: Any = None, *, isolate: bool = False) -> Report:
+    """Read one artifact's bytes once (bounded), answer from the cache or lint them.
+
+    The cache is consulted here, before any child process or torch import. A
+    `.pte` is always decoded in a child (its flatbuffer can share one table many
+    times over, so decoding is bounded by the child's memory budget and timeout).
+    """
+    from qlint.io.reads import read_input
+    from qlint.run.isolation import run_isolated
+
+    artifact = display(path)
+    try:
+        if path.suffix not in (".pt2", ".pte"):
+            raise ReadError(f"unsupported file type {path.suffix or '(none)'!r}: expected .pt2 or .pte")
+        if path.suffix == ".pte" and options.fix is not None:
+            raise ReadError(".pte files can be checked but not fixed: fix the .pt2 it came from")
+        if path.suffix == ".pte" and options.static:
+            raise ReadError(".pte files need the full check (ExecuTorch's reader imports torch): "
+                            "qlint check without --static")
+        data = read_input(path, config.limits.file_bytes, "artifact")
+    except ReadError as exc:
+        return Report(errors=[InputError(artifact, str(exc))])
+    key = cache.key(data, artifact) if cache is not None and options.fix is None else None
+    hit = cache.get(key, artifact) if key is not None else None
+    if hit is not None:
+        return hit
+    if options.static:
+        report = lint_static_bytes(data, artifact, config)
+    elif isolate or path.suffix == ".pte":
+        report = run_isolated(
+            lint_bytes, (path, data, artifact, config, options), name=artifact, limits=config.limits,
+            verbose=options.verbose,
+        )
+    else:
+        report = lint_bytes(path, data, artifact, config, options)
+    if key is not None:
+        cache.put(key, report)
+    return report
+
+
+def lint_static_bytes(data: bytes, artifact: str, config: Config) -> Report:
+    """The static tier on the bytes of a `.pt2`: in this process, torch never imported."""
+    from qlint.static.tier import lint_static
+
+    try:
+        findings, stats = lint_static(data, artifact, config)
+    except (ReadError, OverflowError) as exc:
+        return Report(errors=[InputError(artifact, input_problem(exc))])
+    return Report(findings=findings, stats=[stats])
+
+
+def input_problem(exc: ReadError | OverflowError) -> str:
+    """The one-line error of an artifact that could not be read. An OverflowError can only come
+    from the artifact's numbers (an integer too large for a float): the file is corrupt, qlint is not."""
+    if isinstance(exc, OverflowError):
+        from qlint.graph.lowering import first_line
+
+        return f"corrupt artifact: a number out of range ({first_line(exc)})"
+    return str(exc)
+
+
+def lint_bytes(path: Path, data: bytes, artifact: str, config: Config, options: RunOptions) -> Report:
+    """Lint (or fix) the bytes of one artifact."""
+    report = Report()
+    try:
+        if path.suffix == ".pte":
+            from qlint.graph.pte import lint_pte
+
+            linted = lint_pte(data, artifact, config)
+            report.findings.extend(linted.findings)
+            report.stats.append(linted.stats)
+            if linted.memory is not None:
+                report.memory.append(linted.memory)
+            return report
+        from qlint.graph.readers import read_pt2, sample_inputs
+
+        program = read_pt2(data, config.limits)
+        sample = sample_inputs(program)
+        _lint_or_fix(report, program, artifact, config, options, path.parent, path.stem, sample, [])
+    except (ReadError, OverflowError) as exc:
+        report.errors.append(InputError(artifact, input_problem(exc)))
+    return report
+
+
+def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
+    """Export, quantize and lint one config target (run in a child process by `run`).
+
+    With `--fix` and remedies selected, the remedies that help are applied first
+    (`qlint.remedies.search`), and the folds act on that build.
+    """
+    from qlint.graph.quantize import call_factory, quantize
+
+    artifact = f"target:{target.name}"
+    report = Report()
+    try:
+        model, example, calibration = call_factory(target, config.base, config.root)
+        remedies = target_remedies(target, config, options)
+        if remedies:
+            from qlint.graph.quantize import module_file
+            from qlint.remedies.search import remediate
+            from qlint.remedies.source import Build
+
+            remediated = remediate(Build(model, example, tuple(calibration or ())), remedies, config, artifact)
+            remediated.report.factory = target.factory
+            remediated.report.factory_file = module_file(target.factory.split(":")[0]) or ""
+            report.remedies.append(remediated.report)
+            if remediated.error is not None:
+                report.errors.append(InputError(artifact, remediated.error))
+                return report
+            assert options.fix is not None
+            if not options.fix.dry_run:  # the build remediate chose is already fixed and verified
+                from qlint.fix.apply import output_path
+
+                destination = output_path(config.base, target.name, options.fix.output_dir)
+                record_fix(report, remediated.fixed, artifact, destination)
+                return report
+            program, built = remediated.program, remediated.build
+            example, calibration = built.example, list(built.calibration) or None
+        else:
+            program = quantize(model, example, calibration)
+    except ReadError as exc:
+        report.errors.append(InputError(artifact, str(exc)))
+        return report
+    except Exception as exc:  # the factory's model made export or quantization raise
+        from qlint.graph.lowering import first_line
+
+        cause = f"{type(exc).__name__}: {first_line(exc)}"
+        report.errors.append(InputError(artifact, f"export/quantization failed: {cause}"))
+        return report
+    _lint_or_fix(report, program, artifact, config, options, config.base, target.name, example, calibration or [])
+    return report
+
+
+def target_remedies(target: Target, config: Config, options: RunOptions) -> tuple[RemedyName, ...]:
+    """What `--fix` may change in how a target is built: all with --unsafe-fixes, else the config's."""
+    if options.fix is None:
+        return ()
+    if options.fix.unsafe_fixes:
+        return tuple(RemedyName)
+    return target.remedies if target.remedies is not None else config.remedies
+
+
+def _lint_or_fix(report: Report, program: Any, artifact: str, config: Config, options: RunOptions,
+                 folder: Path, stem: str, example: tuple[Any, ...] | None, extra: list[tuple[Any, ...]]) -> None:
+    """The step files and targets share: lint a quantized program, or fix it into `<stem>.pte`."""
+    if options.fix is None:
+        from qlint.graph.lint import lint_program
+
+        linted = lint_program(program, artifact, config, options)
+        report.findings.extend(linted.findings)
+        report.stats.append(linted.stats)
+        return
+    from qlint.fix.apply import output_path, verification_inputs
+
+    destination = output_path(folder, stem, options.fix.output_dir)
+    fix_into(report, program, artifact, destination, verification_inputs(example, extra), config, options)
+
+
+@dataclass(frozen=True)
+class Work:
+    """One unit of checking: a file or a config target."""
+
+    path: Path | None = None
+    target: Target | None = None
+
+    @property
+    def name(self) -> str:
+        if self.path is not None:
+            return display(self.path)
+        assert self.target is not None
+        return f"target:{self.target.name}"
+
+
+def plan_work(
+    paths: list[Path], targets: list[Target], config: Config, shard: tuple[int, int] | None = None
+) -> tuple[list[Work], list[InputError]]:
+    """Every file and target, in a stable order; with `shard=(i, n)` only the i-th of n slices.
+
+    Slices are taken round-robin over the names sorted, so any machine that sees
+    the same inputs computes the same partition.
+    """
+    files, errors = collect(paths, config)
+    work = [Work(path=p) for p in files] + [Work(target=t) for t in targets]
+    if shard is not None:
+        index, count = shard
+        ordered = sorted(work, key=lambda w: w.name)
+        chosen = {id(w) for position, w in enumerate(ordered) if position % count == index - 1}
+        work = [w for w in work if id(w) in chosen]
+    return work, errors
+
+
+def target_key(work: Work, config: Config, options: RunOptions, cache: Any) -> str | None:
+    """The cache entry of a target check (never of a fix, which writes a program)."""
+    if work.target is None or cache is None or options.fix is not None:
+        return None
+    return cache.target_key(work.target, config)
+
+
+def run_one(work: Work, config: Config, options: RunOptions, cache: Any = None, *, isolate: bool = False,
+            key: str | None = None) -> Report:
+    """One file or target; targets always in a child process of their own (`key`: the target's cache entry)."""
+    from qlint.run.isolation import run_isolated
+
+    try:
+        if work.target is not None:
+            report = run_isolated(
+                lint_target, (work.target, config, options), name=work.name, limits=config.limits,
+                verbose=options.verbose,
+            )
+            if key is not None:
+                cache.put(key, report)
+        else:
+            assert work.path is not None
+            report = lint_file(work.path, config, options, cache, isolate=isolate)
+    except Exception as exc:  # a crash in one artifact must not lose the others
+        from qlint.graph.lowering import first_line
+
+        report = Report(errors=[InputError(work.name, f"internal error: {type(exc).__name__}: {first_line(exc)}")])
+    report.checked = 1
+    return report
+
+
+def run(
+    paths: list[Path],
+    targets: list[Target],
+    config: Config,
+    options: RunOptions | None = None,
+    cache: Any = None,
+    *,
+    jobs: int = 1,
+    shard: tuple[int, int] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> Report:
+    """Lint (or fix) everything, reported in the serial order.
+
+    Targets and `.pte` files always run in a child process (`qlint.run.isolation`);
+    with `jobs > 1` so does every artifact, `workers(jobs, ...)` at a time. A child that exits,
+    crashes, runs out of its memory budget or times out is one error naming its unit.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from qlint.run.isolation import allow_children, stop_children
+
+    options = options or RunOptions()
+    work, errors = plan_work(paths, targets, config, shard)
+    report = Report(errors=errors)
+    keys = {id(w): target_key(w, config, options, cache) for w in work if w.target is not None}
+    answered = {id(w): hit for w in work if (key := keys.get(id(w))) and (hit := cache.get(key, w.name))}
+    if work and not options.static and (jobs > 1 or any(w.target is not None and id(w) not in answered for w in work)):
+        from qlint.run.isolation import warm_up
+
+        warm_up()  # a child is certain: start importing torch for it now
+
+    def one(item: Work) -> Report:
+        if id(item) in answered:
+            answered[id(item)].checked = 1
+            return answered[id(item)]
+        return run_one(item, config, options, cache, isolate=jobs > 1, key=keys.get(id(item)))
+
+    allow_children()
+    with ThreadPoolExecutor(max_workers=workers(jobs, len(work))) as pool:
+        try:
+            results = pool.map(one, work) if jobs > 1 else map(one, work)
+            for done, (item, result) in enumerate(zip(work, results, strict=False), 1):
+                if progress:
+                    progress(done, len(work), item.name)
+                report.extend(result)
+        except KeyboardInterrupt:  # Ctrl-C: start nothing more, stop the running children, end now
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_children()
+            raise
+    return report
+
+
+def workers(jobs: int, units: int) -> int:
+    """Threads (each waits on one child) for `--jobs`: no more than the units of work or the CPUs,
+    whatever was asked (`--jobs 1000000000` must not start a billion processes)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(jobs, units, cpus))

@@ -1,0 +1,375 @@
+"""`.qlint.yaml`: discovery, parsing with line numbers, validation.
+
+Every error names the file, the line and the key, because a config error in CI
+is only cheap to fix when it points at the spot.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from qlint._compat import StrEnum
+from qlint.io.limits import Limits
+from qlint.io.reads import ReadError, printable, read_input
+from qlint.rules.catalog import load_catalog
+from qlint.rules.records import Severity
+
+CONFIG_NAME = ".qlint.yaml"
+CONFIG_MAX_BYTES = 1 << 20
+# The YAML tags a config may carry: plain scalars, lists and mappings (no
+# !!python/..., !!timestamp, !!binary or application tags).
+_PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map")}
+CPUS = (
+    "cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m23",
+    "cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85",
+)
+FOLD_DTYPES = ("int8", "int16")
+FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class ConstantKind(StrEnum):
+    """Where a constant operand lives in the program."""
+
+    PARAMETER = "parameter"
+    BUFFER = "buffer"
+    CONSTANT = "constant"   # a lifted tensor constant
+    LITERAL = "literal"     # a number written into the graph
+    COMPUTED = "computed"   # built in the graph from constants: aten.full, a mask, ...
+
+
+class RemedyName(StrEnum):
+    """The export/quantization changes `--fix` may make to a target (see `qlint.remedies.source`)."""
+
+    CHANNELS_LAST = "channels-last"
+    UNFUSED_ATTENTION = "unfused-attention"
+    DERIVED_SCALE_QPARAMS = "derived-scale-qparams"
+    INT8_IO = "int8-io"
+
+
+class ConfigError(Exception):
+    """A config problem, printed as `file:line: key: message`."""
+
+    def __init__(self, path: Path | str, line: int, key: str, message: str) -> None:
+        self.path, self.line, self.key, self.message = str(path), line, key, message
+        super().__init__(f"{path}:{line}: {key}: {message}")
+
+
+@dataclass(frozen=True)
+class FoldGuards:
+    constant_kinds: tuple[ConstantKind, ...] = tuple(ConstantKind)
+    max_elements: int = 1
+    dtypes: tuple[str, ...] = ("int8",)
+    require_equal_qrange: bool = True
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    factory: str
+    line: int = 0
+    remedies: tuple[RemedyName, ...] | None = None  # None: the config's list
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None = None
+    root: Path = field(default_factory=lambda: find_repo_root(Path.cwd()))
+    target_cpu: str = "cortex-m55"
+    include: tuple[str, ...] = ("**/*.pt2", "**/*.pte")
+    exclude: tuple[str, ...] = ()
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    severities: dict[str, Severity] = field(default_factory=dict)
+    coverage_threshold: float = 0.9
+    fold: FoldGuards = field(default_factory=FoldGuards)
+    limits: Limits = field(default_factory=Limits)
+    targets: tuple[Target, ...] = ()
+    remedies: tuple[RemedyName, ...] = ()   # unsafe fixes `--fix` applies to targets without --unsafe-fixes
+    remedy_max_sqnr_drop_db: float = 1.0    # a remedy costing more accuracy than this is refused
+
+    @property
+    def base(self) -> Path:
+        """The config file's folder: target factories are imported relative to it."""
+        return self.path.parent.resolve() if self.path else Path.cwd()
+
+    def severity(self, code: str) -> Severity:
+        """Effective severity: off when deselected, else the config's or the catalog's."""
+        if self.select and not any(code.startswith(s) for s in self.select):
+            return Severity.OFF
+        if any(code.startswith(s) for s in self.ignore):
+            return Severity.OFF
+        return self.severities.get(code) or Severity(load_catalog()[code].default_severity)
+
+    def enabled(self, code: str) -> bool:
+        """Whether rule `code` runs at all: a deselected rule costs nothing."""
+        return self.severity(code) != Severity.OFF
+
+    def with_overrides(self, **changes: Any) -> Config:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def find_repo_root(start: Path) -> Path:
+    """The enclosing git checkout, else `start`: source paths are shown relative to it."""
+    start = start.resolve()
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return start
+
+
+def find_config(start: Path) -> Path | None:
+    for directory in (start.resolve(), *start.resolve().parents):
+        candidate = directory / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def validate_selectors(selectors: tuple[str, ...], where: Callable[[str], ConfigError]) -> None:
+    codes = load_catalog()
+    for selector in selectors:
+        if not any(code.startswith(selector) for code in codes):
+            raise where(f"unknown rule code {selector!r} (known: {', '.join(codes)})")
+
+
+def load_config(path: Path | None) -> Config:
+    """Read and validate a config file; `None` gives the defaults."""
+    if path is None:
+        return Config()
+    try:
+        text = read_input(path, CONFIG_MAX_BYTES, "config file").decode("utf-8")
+    except ReadError as exc:
+        raise ConfigError(path, 0, "<file>", str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, 0, "<file>", f"not UTF-8 text (byte {exc.start})") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 0
+        raise ConfigError(path, line, "<yaml>", printable(str(getattr(exc, "problem", exc)))) from None
+    except RecursionError:
+        raise ConfigError(path, 0, "<yaml>", "nested too deeply") from None
+    return _Parser(path).config(node)
+
+
+class _Parser:
+    """Walks the composed YAML node tree so each value keeps its line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def error(self, node: yaml.Node | None, key: str, message: str) -> ConfigError:
+        line = node.start_mark.line + 1 if node is not None else 1
+        return ConfigError(self.path, line, key, message)
+
+    def mapping(self, node: yaml.Node, key: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, key, "expected a mapping")
+        items: list[tuple[str, yaml.Node, yaml.Node]] = []
+        for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode) or k.tag not in _PLAIN_TAGS:
+                raise self.error(k, key, "keys must be plain names")
+            items.append((k.value, k, v))
+        return items
+
+    def scalar(self, node: yaml.Node, key: str, kind: type) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.error(node, key, f"expected {kind.__name__}")
+        if node.tag not in _PLAIN_TAGS:
+            raise self.error(node, key, f"unsupported YAML tag {printable(node.tag)!r}")
+        if kind is str:
+            return node.value  # raw text: YAML 1.1 would read `off` as False
+        try:
+            value = yaml.constructor.SafeConstructor().construct_object(node)
+        except Exception:  # noqa: BLE001 - a tagged scalar whose text the tag rejects
+            raise self.error(node, key, f"expected {kind.__name__}, got {printable(node.value)[:80]!r}") from None
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            try:
+                value = float(value)
+            except OverflowError:  # an integer past any float
+                raise self.error(node, key, f"number out of range: {printable(node.value)[:80]}") from None
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.error(node, key, f"expected {kind.__name__}, got {value!r}")
+        return value
+
+    def strings(self, node: yaml.Node, key: str) -> tuple[str, ...]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.error(node, key, "expected a list of strings")
+        return tuple(self.scalar(item, key, str) for item in node.value)
+
+    def choices(self, node: yaml.Node, key: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+        values = self.strings(node, key)
+        for item, value in zip(node.value, values, strict=True):
+            if value not in allowed:
+                raise self.error(item, key, f"{value!r} is not one of {', '.join(allowed)}")
+        return values
+
+    def config(self, root: yaml.Node | None) -> Config:
+        config = Config(path=self.path, root=find_repo_root(self.path.parent))
+        if root is None:
+            return config
+        changes: dict[str, Any] = {}
+        for key, knode, value in self.mapping(root, "<root>"):
+            handler = getattr(self, f"key_{key}", None)
+            if handler is None:
+                raise self.error(knode, key, "unknown key")
+            changes[key if key != "rules" else "severities"] = handler(value, key)
+        return replace(config, **changes)
+
+    def key_target_cpu(self, node: yaml.Node, key: str) -> str:
+        value = self.scalar(node, key, str)
+        if value not in CPUS:
+            raise self.error(node, key, f"{value!r} is not one of {', '.join(CPUS)}")
+        return value
+
+    def key_include(self, node: yaml.Node, key: str) -> tuple[str, ...]:
+        return self.strings(node, key)
+
+    key_exclude = key_include
+
+    def key_select(self, node: yaml.Node, key: str) -> tuple[str, ...]:
+        values = self.strings(node, key)
+        for item, value in zip(node.value, values, strict=True):
+            validate_selectors((value,), functools.partial(self.error, item, key))
+        return values
+
+    key_ignore = key_select
+
+    def key_coverage_threshold(self, node: yaml.Node, key: str) -> float:
+        value = self.scalar(node, key, float)
+        if not 0.0 <= value <= 1.0:
+            raise self.error(node, key, f"must be between 0 and 1, got {value}")
+        return value
+
+    def key_rules(self, node: yaml.Node, key: str) -> dict[str, Severity]:
+        codes = load_catalog()
+        severities = {}
+        for code, knode, value in self.mapping(node, key):
+            if code not in codes:
+                raise self.error(knode, f"{key}.{code}", f"unknown rule code (known: {', '.join(codes)})")
+            severity = self.scalar(value, f"{key}.{code}", str)
+            if severity not in tuple(Severity):
+                raise self.error(value, f"{key}.{code}", f"{severity!r} is not one of {', '.join(Severity)}")
+            severities[code] = Severity(severity)
+        return severities
+
+    def key_fold(self, node: yaml.Node, key: str) -> FoldGuards:
+        changes: dict[str, Any] = {}
+        for name, knode, value in self.mapping(node, key):
+            full = f"{key}.{name}"
+            if name == "constant_kinds":
+                changes[name] = tuple(ConstantKind(k) for k in self.choices(value, full, tuple(ConstantKind)))
+            elif name == "dtypes":
+                changes[name] = self.choices(value, full, FOLD_DTYPES)
+            elif name == "max_elements":
+                changes[name] = self.scalar(value, full, int)
+                if changes[name] < 1:
+                    raise self.error(value, full, "must be at least 1")
+            elif name == "require_equal_qrange":
+                changes[name] = self.scalar(value, full, bool)
+            else:
+                raise self.error(knode, full, "unknown key")
+        return replace(FoldGuards(), **changes)
+
+    def key_limits(self, node: yaml.Node, key: str) -> Limits:
+        changes: dict[str, float] = {}
+        for name, knode, value in self.mapping(node, key):
+            full = f"{key}.{name}"
+            if name not in {f.name for f in fields(Limits)}:
+                raise self.error(knode, full, "unknown key")
+            changes[name] = self.scalar(value, full, float)
+            if not 0 < changes[name] < 1e9:
+                raise self.error(value, full, f"must be a positive number, got {changes[name]}")
+        return replace(Limits(), **changes)
+
+    def key_remedies(self, node: yaml.Node, key: str) -> tuple[RemedyName, ...]:
+        return tuple(RemedyName(name) for name in self.choices(node, key, tuple(RemedyName)))
+
+    def key_remedy_max_sqnr_drop_db(self, node: yaml.Node, key: str) -> float:
+        value = self.scalar(node, key, float)
+        if not 0.0 <= value < 1000.0:
+            raise self.error(node, key, f"must be a number of dB from 0, got {value}")
+        return value
+
+    def key_targets(self, node: yaml.Node, key: str) -> tuple[Target, ...]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.error(node, key, "expected a list of {name, factory[, remedies]} mappings")
+        targets = []
+        for item in node.value:
+            fields: dict[str, str] = {}
+            remedies = None
+            for name, knode, value in self.mapping(item, key):
+                if name == "remedies":
+                    remedies = self.key_remedies(value, f"{key}.remedies")
+                    continue
+                if name not in ("name", "factory"):
+                    raise self.error(knode, f"{key}.{name}", "unknown key")
+                fields[name] = self.scalar(value, f"{key}.{name}", str)
+            if "factory" not in fields:
+                raise self.error(item, key, "a target needs `factory: package.module:function`")
+            if not FACTORY_RE.match(fields["factory"]):
+                raise self.error(item, f"{key}.factory", f"{fields['factory']!r} is not `package.module:function`")
+            name = fields.get("name") or fields["factory"].rsplit(":", 1)[1]
+            targets.append(Target(name=name, factory=fields["factory"], line=item.start_mark.line + 1,
+                                  remedies=remedies))
+        return tuple(targets)
+
+
+DEFAULT_CONFIG = """\
+# qlint configuration: https://github.com/qlint/qlint#configuration
+# Cortex-M CPU to lower for: cortex-m0 ... cortex-m85.
+target_cpu: cortex-m55
+
+# Files checked when a directory is given (globs relative to this file's folder).
+include: ["**/*.pt2", "**/*.pte"]
+exclude: []
+
+# Rule selection, ruff-style: codes or code prefixes.
+# select: [QL001, QL002]
+# ignore: [QL005]
+
+# Per-rule severity: error | warning | info | off. Exit code 1 only for errors.
+rules:
+  QL001: error
+  QL002: warning
+  QL003: error
+  QL004: warning
+  QL005: warning
+
+# QL005 fires when the share of compute ops running as int kernels is below this.
+coverage_threshold: 0.9
+
+# Guards for folding an island (QL001/QL004); a blocked fold names its guard.
+fold:
+  constant_kinds: [parameter, buffer, constant, literal, computed]  # where the constant may live
+  max_elements: 1              # elements in the constant (1 = scalar only)
+  dtypes: [int8]               # activation dtypes that may be folded (int8, int16)
+  require_equal_qrange: true   # input and output quantize must share dtype and clamp range
+
+# What one input may cost; over a limit it is an error naming the input (exit 2).
+# limits: {file_mb: 64, entry_mb: 32, tensor_mb: 256, graph_objects: 400000, timeout_s: 900, memory_mb: 4096,
+#          pte_instructions: 100000, pte_entries: 500000}
+
+# Model factories checked without artifacts: `package.module:function` returning
+# (module, example_inputs) or (module, example_inputs, calibration_inputs).
+targets: []
+#  - name: attention
+#    factory: models.attention:make_model
+#    remedies: [unfused-attention]   # this target's list instead of the one below
+
+# Remedies: export/quantization changes `qlint check --fix` makes to targets
+# (unsafe fixes: they change numerics). Each is tried alone and kept only if it
+# helps and the SQNR against the float model drops by at most the guard.
+# `--unsafe-fixes` tries all of them. Known: channels-last, unfused-attention,
+# derived-scale-qparams, int8-io.
+remedies: []
+remedy_max_sqnr_drop_db: 1.0
+"""

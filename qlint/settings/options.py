@@ -1,0 +1,39 @@
+"""How one run works, apart from the config: lowering order, verbosity, fixing.
+
+These travel from the CLI through the engine into each child process, and all
+of them are part of the cache key: anything that can change a report is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from qlint._compat import StrEnum
+
+
+class LoweringOrder(StrEnum):
+    """Which Cortex-M pass order lowers a program."""
+
+    REPAIRED = "repaired"   # qlint's order, which survives linear -> reshape -> bmm
+    STOCK = "stock"         # ExecuTorch's own CortexMPassManager order
+
+
+@dataclass(frozen=True)
+class FixOptions:
+    output_dir: Path | None = None
+    dry_run: bool = False   # --diff: plan and report the folds, write nothing
+    unsafe_fixes: bool = False  # try every remedy on targets, not only the config's
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    order: LoweringOrder = LoweringOrder.REPAIRED
+    verbose: bool = False   # full tracebacks in QL003 messages and errors
+    fix: FixOptions | None = None
+    static: bool = False    # --static: QL001/QL004 from the graph JSON, no torch (`qlint.static.tier`)
+
+    def cache_key(self) -> dict[str, Any]:
+        """Every field, so a report cached under other options is never reused."""
+        return asdict(self)

@@ -1,0 +1,696 @@
+"""The static tier (`qlint check --static`): QL001 and QL004 from a `.pt2`'s graph JSON, without torch.
+
+A constant scale island is visible before lowering: a dequantize, `div`/`mul`
+(and `add`/`sub`) by a constant the quantizer left unquantized, then quantize
+nodes of one qparams; a requantize pair is a dequantize feeding a quantize. Its
+qparams are literal arguments, its constant raw bytes in the archive (or a value
+computed in the graph from literals: `aten.full`, a mask built from ones), its
+source line the node's `stack_trace`. The identity verdict is computed in
+emulated float32 (`qlint.static.float32`). An island whose constant the tier cannot compute
+(an op it does not evaluate, such as `aten.index` of a trained bias) is still
+reported, its verdict undecided (`identity: None`), never guessed: as QL001 when
+the constant has one element; with several, only whether they are equal decides
+between QL001 and QL002, so as the fp32 island it is (QL002). Everything else that
+needs lowering (QL002, QL003, QL005, QL007, folds) is left to the full check;
+`tests/test_static.py` holds the two tiers to the same findings on every `.pt2`
+of the test suite.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from qlint.io.archive import MODEL, Pt2Archive, parse_pt2
+from qlint.io.reads import ReadError
+from qlint.io.wellformed import LIFTED, SCALAR_TYPES, qparams_problem
+from qlint.rules.records import ArtifactStats, Finding, Location
+from qlint.rules.source import locate
+from qlint.settings.config import Config, ConstantKind
+from qlint.settings.guards import blocked_guards
+from qlint.static.float32 import INT_RANGES, QParams, binary, dequantize, f32, is_identity, quantize
+
+RULES = ("QL001", "QL004")
+DQ = "quantized_decomposed.dequantize_per_tensor.default"
+Q = "quantized_decomposed.quantize_per_tensor.default"
+SCALE_OPS = {"div", "mul"}
+OFFSET_OPS = {"add", "sub"}
+# Ops that move float values without computing: an island carries them.
+SHAPE_OPS = {
+    "view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "permute", "transpose", "expand", "clone",
+    "contiguous", "alias", "flatten", "t", "slice", "select", "detach", "lift_fresh_copy",
+}
+_FLOAT_DTYPES = {"float16", "float32", "float64"}
+_MAX_CONSTANT_BYTES = 16 << 20   # the full check's MAX_COMPUTED_BYTES
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An argument that is another node's output."""
+
+    name: str
+
+
+@dataclass(eq=False)
+class StaticNode:
+    name: str
+    op: str                     # "aten.div.Tensor"
+    args: list[Any]
+    kwargs: dict[str, Any]
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    stack_trace: str | None = None
+    outputs: list[str] = field(default_factory=list)   # its output tensors' names (several: split)
+    users: list[StaticNode] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        """`div` for `aten.div.Tensor`."""
+        parts = self.op.split(".")
+        return parts[1] if len(parts) > 1 else self.op
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape) if self.shape is not None else 0
+
+    @property
+    def refs(self) -> list[str]:
+        """Every tensor it reads, in lists (`cat`) and keyword arguments too."""
+        found = []
+        for arg in [*self.args, *self.kwargs.values()]:
+            for item in arg if isinstance(arg, list) else [arg]:
+                if isinstance(item, Ref):
+                    found.append(item.name)
+        return found
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """A constant every position of which holds one value."""
+
+    value: float
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A constant the static tier cannot compute, and why: the finding names what the full check evaluates."""
+
+    why: str   # "is computed in the graph with aten.index.Tensor from parameter ..."
+
+
+@dataclass(frozen=True)
+class StaticConstant:
+    name: str
+    kind: ConstantKind
+    numel: int
+    value: Uniform | Unknown | None   # None: it differs by position (its elements were read)
+
+
+class StaticGraph:
+    """The program of a checked `.pt2` as nodes, constants and users: no torch, no code from it."""
+
+    def __init__(self, archive: Pt2Archive) -> None:
+        graph = archive.program["graph_module"]["graph"]
+        tensors = graph.get("tensor_values") or {}
+        self.nodes: dict[str, StaticNode] = {}
+        self.order: list[StaticNode] = []
+        self.placeholders: dict[str, tuple[ConstantKind, str] | None] = {}
+        signature = archive.program["graph_module"].get("signature") or {}
+        for spec in signature.get("input_specs") or []:
+            self._placeholder(spec)
+        for raw in graph["nodes"]:
+            node = self._node(raw, tensors)
+            if node is not None:
+                for name in (node.name, *node.outputs):  # a tensor is read by its own name
+                    self.nodes.setdefault(name, node)
+                self.order.append(node)
+        for node in self.order:
+            if node.base.startswith("_assert"):
+                continue  # an assertion computes nothing: lowering drops it
+            for name in node.refs:
+                producer = self.nodes.get(name)
+                # A node's reads are added together: the last user is the only one it can repeat.
+                if producer is not None and (not producer.users or producer.users[-1] is not node):
+                    producer.users.append(node)
+        self.payloads = _payloads(archive)
+        self.tensors = tensors
+        self._uniform: dict[str, Uniform | Unknown | None] = {}
+        self.island_ends: dict[StaticNode, StaticNode | None] = {}   # `_island_end`'s answers
+        # One pass in graph order, no recursion (a crafted graph may be deep or cyclic): a node is
+        # runtime when an operand is a program input, a runtime node, or not defined before it.
+        self.runtime: set[str] = {name for name, spec in self.placeholders.items() if spec is None}
+        self.values: dict[str, Uniform | Unknown] = {}
+        defined = set(self.placeholders)
+        for node in self.order:
+            if any(r in self.runtime or r not in defined for r in node.refs):
+                self.runtime.update((node.name, *node.outputs))
+            else:
+                self.values[node.name] = self._compute(node)
+            defined.update((node.name, *node.outputs))
+
+    def _placeholder(self, spec: Any) -> None:
+        if not isinstance(spec, dict) or len(spec) != 1:
+            return
+        (kind, body), = spec.items()
+        arg = body.get("arg") if isinstance(body, dict) else None
+        name = arg.get("name") if isinstance(arg, dict) else None
+        if not isinstance(name, str):
+            if isinstance(arg, dict) and isinstance(arg.get("as_tensor"), dict):
+                name = arg["as_tensor"].get("name")
+            if not isinstance(name, str):
+                return
+        if kind in LIFTED:
+            constant_kind = {"parameter": ConstantKind.PARAMETER, "buffer": ConstantKind.BUFFER,
+                             "tensor_constant": ConstantKind.CONSTANT}[kind]
+            self.placeholders[name] = (constant_kind, str(body.get(LIFTED[kind])))
+        else:
+            self.placeholders[name] = None  # a runtime input
+
+    @staticmethod
+    def _node(raw: Any, tensors: dict[str, Any]) -> StaticNode | None:
+        outputs = raw.get("outputs") or []
+        first = outputs[0] if outputs and isinstance(outputs[0], dict) else {}
+        out = first.get("as_tensor") if isinstance(first.get("as_tensor"), dict) else None
+        name = raw.get("name") if isinstance(raw.get("name"), str) else (out or {}).get("name")
+        if not isinstance(name, str):
+            return None
+        op = str(raw.get("target", "")).removeprefix("torch.ops.")
+        args, kwargs = [], {}
+        for item in raw.get("inputs") or []:
+            value = _argument(item.get("arg")) if isinstance(item, dict) else None
+            if isinstance(item, dict) and item.get("kind") == 2:
+                kwargs[str(item.get("name"))] = value
+            else:
+                args.append(value)
+        meta = tensors.get(out["name"]) if out is not None else None
+        metadata = raw.get("metadata") or {}
+        names = [o["as_tensor"]["name"] for o in outputs
+                 if isinstance(o, dict) and isinstance(o.get("as_tensor"), dict)]
+        for o in outputs:
+            listed = o.get("as_tensors") if isinstance(o, dict) else None
+            names += [t["name"] for t in listed or [] if isinstance(t, dict) and isinstance(t.get("name"), str)]
+        return StaticNode(name, op, args, kwargs, _shape(meta), _dtype(meta),
+                          metadata.get("stack_trace") if isinstance(metadata.get("stack_trace"), str) else None,
+                          [n for n in names if isinstance(n, str)])
+
+    # -- constants ------------------------------------------------------------------------
+
+    def is_runtime(self, arg: Any) -> bool:
+        """An operand computed from the program's inputs (or one the graph never defines)."""
+        return isinstance(arg, Ref) and (arg.name in self.runtime or arg.name not in self.nodes
+                                         and arg.name not in self.placeholders)
+
+    def constant(self, arg: Any) -> StaticConstant | None:
+        """The constant behind an operand: a literal, a lifted tensor, or one computed from those."""
+        if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            return StaticConstant(repr(arg), ConstantKind.LITERAL, 1, Uniform(float(arg), "float64"))
+        if not isinstance(arg, Ref) or self.is_runtime(arg):
+            return None
+        if arg.name in self.placeholders:
+            kind, fqn = self.placeholders[arg.name]  # type: ignore[misc]
+            meta = self.tensors.get(arg.name)
+            return StaticConstant(fqn, kind, math.prod(_shape(meta) or ()), self._lifted(fqn))
+        node = self.nodes[arg.name]
+        return StaticConstant(node.name, ConstantKind.COMPUTED, node.numel, self.value(node))
+
+    def _lifted(self, fqn: str) -> Uniform | Unknown | None:
+        """A lifted tensor's one value, read once per tensor."""
+        if fqn not in self._uniform:
+            self._uniform[fqn] = self._read_uniform(fqn)
+        return self._uniform[fqn]
+
+    def _read_uniform(self, fqn: str) -> Uniform | Unknown | None:
+        """Read as torch's loader reads it: the payload in the config's dtype, viewed with the
+        config's sizes, strides and storage offset (`qlint.io.wellformed` checked they fit)."""
+        import numpy as np
+
+        payload, meta = self.payloads.get(fqn, (None, {}))
+        name = _dtype(meta) or ""
+        try:
+            dtype = np.dtype(name).newbyteorder("<") if name else None
+        except TypeError:
+            dtype = None  # bfloat16, float8: numpy has no such dtype
+        unread = Unknown("is held in a payload or view the static tier does not read (over 16 MiB or of a "
+                         "dtype it does not decode)")
+        if payload is None or dtype is None or len(payload) > _MAX_CONSTANT_BYTES:
+            return unread
+        sizes = [_int(v) for v in meta["sizes"]]
+        if math.prod(sizes) == 0:
+            return None
+        # A stride-0 dimension repeats what it holds (an expanded view): one copy decides, and the
+        # elements compared stay within the bound however large the view declares itself.
+        kept = [(size, _int(stride)) for size, stride in zip(sizes, meta["strides"], strict=True) if _int(stride)]
+        if math.prod(size for size, _ in kept) * dtype.itemsize > _MAX_CONSTANT_BYTES:
+            return unread
+        flat = np.frombuffer(payload, dtype=dtype)[_int(meta["storage_offset"]):]
+        values = np.lib.stride_tricks.as_strided(
+            flat, shape=[size for size, _ in kept], strides=[stride * dtype.itemsize for _, stride in kept]).ravel()
+        first = values[0]
+        if dtype.kind == "f" and np.isnan(first):
+            return None
+        return Uniform(float(first), name) if bool((values == first).all()) else None
+
+    def value(self, node: StaticNode) -> Uniform | Unknown | None:
+        """The one value a node computed from constants holds, from its literal arguments."""
+        return self.values.get(node.name)
+
+    def operand(self, arg: Any) -> Uniform | None:
+        """A constant operand's one value; None when it differs by position or is not known."""
+        constant = self.constant(arg)
+        return constant.value if constant is not None and isinstance(constant.value, Uniform) else None
+
+    def _compute(self, node: StaticNode) -> Uniform | Unknown:
+        """A constant node's one value, or why the tier does not know it: the first op on its path
+        it cannot compute, which an op computing on that result passes on."""
+        value = _evaluate(self, node)
+        if value is not None:
+            return value
+        inputs = [self.constant(Ref(name)) for name in node.refs]
+        passed = next((c.value for c in inputs if c is not None and isinstance(c.value, Unknown)), None)
+        if passed is not None:
+            return passed
+        sources = " and ".join(self._source(name) for name in dict.fromkeys(node.refs))
+        varying = any(c is not None and c.value is None for c in inputs)
+        why = ", of which one differs by position" if varying else ", an op the static tier does not evaluate"
+        return Unknown(f"is computed in the graph with {node.op}" + (f" from {sources}" if sources else "") + why)
+
+    def _source(self, name: str) -> str:
+        """A constant input as a finding names it: `parameter attention_biases`, or the op computing it."""
+        spec = self.placeholders.get(name)
+        return f"{spec[0]} {spec[1]}" if spec is not None else self.nodes[name].op
+
+
+def _argument(arg: Any) -> Any:
+    """A serialized argument as a Python value (tensors as Ref)."""
+    if not isinstance(arg, dict) or len(arg) != 1:
+        return None
+    (kind, value), = arg.items()
+    if kind == "as_tensor" and isinstance(value, dict):
+        return Ref(str(value.get("name")))
+    if kind == "as_tensors" and isinstance(value, list):
+        return [Ref(str(v.get("name"))) for v in value if isinstance(v, dict)]
+    # `x[:, idx]` reads idx through optional tensors: a tensor read there is an operand like any other.
+    if kind == "as_optional_tensors" and isinstance(value, list):
+        return [_optional_tensor(v) for v in value]
+    if kind == "as_optional_tensor":
+        return _optional_tensor(value)
+    if kind in ("as_float", "as_int", "as_bool", "as_string", "as_ints", "as_floats", "as_bools"):
+        return value
+    if kind == "as_scalar_type":
+        return ("dtype", value)
+    return None
+
+
+def _optional_tensor(arg: Any) -> Ref | None:
+    """`{"as_tensor": ...}` as a Ref, `{"as_none": true}` (or anything else) as None."""
+    tensor = arg.get("as_tensor") if isinstance(arg, dict) else None
+    return Ref(str(tensor.get("name"))) if isinstance(tensor, dict) else None
+
+
+def _shape(meta: Any) -> tuple[int, ...] | None:
+    sizes = meta.get("sizes") if isinstance(meta, dict) else None
+    if not isinstance(sizes, list):
+        return None
+    return tuple(_int(s) for s in sizes)
+
+
+def _int(value: Any) -> int:
+    found = value.get("as_int") if isinstance(value, dict) else value
+    return found if isinstance(found, int) and not isinstance(found, bool) else 0
+
+
+def _dtype(meta: Any) -> str | None:
+    code = meta.get("dtype") if isinstance(meta, dict) else None
+    return SCALAR_TYPES[code][0] if isinstance(code, int) and code in SCALAR_TYPES else None
+
+
+def _payloads(archive: Pt2Archive) -> dict[str, tuple[bytes, dict[str, Any]]]:
+    """FQN -> raw bytes and tensor_meta of every weight and constant, as the archive reader checked them."""
+    found: dict[str, tuple[bytes, dict[str, Any]]] = {}
+    for kind, config in archive.configs.items():
+        for fqn, payload in config.items():
+            found[fqn] = (archive.entries[f"data/{kind}/{payload['path_name']}"], payload["tensor_meta"])
+    return found
+
+
+# -- constants computed in the graph ---------------------------------------------------------
+
+_FILL = {"full": 1, "full_like": 1, "new_full": 1, "scalar_tensor": 0}
+_ONE_ZERO = {"ones": 1.0, "ones_like": 1.0, "new_ones": 1.0, "zeros": 0.0, "zeros_like": 0.0, "new_zeros": 0.0}
+_CASTS = {"_to_copy", "to", "type_as", "clone", "lift_fresh_copy", "alias", "detach"}
+# Ops that pick elements of their first operand by indices: a tensor of one value gives that value
+# (a bias timm initializes to zero, gathered by `aten.index`); any other is not known.
+_GATHERS = {"index", "index_select", "gather", "embedding", "take"}
+
+
+def _cast(value: float, dtype: str | None) -> float:
+    if dtype in ("float32", None):
+        return f32(value)
+    if dtype in _FLOAT_DTYPES:
+        return value
+    if dtype == "bool":
+        return float(bool(value))
+    return float(int(value)) if math.isfinite(value) else value
+
+
+def _evaluate(graph: StaticGraph, node: StaticNode) -> Uniform | None:
+    """A uniform constant's value, for the producers and elementwise ops a mask or a filled
+    scale is made of; None for anything else (then it is not known to be one value)."""
+    base, dtype = node.base, node.dtype
+    args = node.args
+    if base in _FILL and len(args) > _FILL[base] and isinstance(args[_FILL[base]], (int, float)):
+        return Uniform(_cast(float(args[_FILL[base]]), dtype), dtype or "float32")
+    if base in _ONE_ZERO:
+        return Uniform(_ONE_ZERO[base], dtype or "float32")
+    if base in SHAPE_OPS | _CASTS | _GATHERS and args:
+        source = graph.operand(args[0])
+        return Uniform(_cast(source.value, dtype), dtype or source.dtype) if source is not None else None
+    if base in ("add", "sub", "mul", "div", "rsub") and len(args) >= 2:
+        a, b = graph.operand(args[0]), graph.operand(args[1])
+        if a is None or b is None or node.kwargs.get("alpha", 1) != 1 or (base == "div" and node.kwargs):
+            return None
+        if dtype == "float32":
+            return Uniform(binary(base, a.value, b.value), dtype)
+        result = {"add": a.value + b.value, "sub": a.value - b.value, "mul": a.value * b.value,
+                  "rsub": b.value - a.value}.get(base)
+        if result is None:
+            result = a.value / b.value if b.value else math.nan
+        return Uniform(_cast(result, dtype), dtype or "float32")
+    if base == "neg" and args:
+        source = graph.operand(args[0])
+        return Uniform(-source.value, source.dtype) if source is not None else None
+    if node.op in (DQ, Q) and args:
+        source = graph.operand(args[0])
+        qp = qparams(node)
+        if source is None or qp is None:
+            return None
+        if node.op == Q:
+            return Uniform(float(quantize(source.value, qp)), qp.dtype)
+        return Uniform(dequantize(int(source.value), qp), "float32")
+    return None
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+def qparams(node: StaticNode) -> QParams | None:
+    """The literal qparams of a per-tensor quantize or dequantize node."""
+    args = node.args[1:6]
+    if len(args) != 5:
+        return None
+    scale, zero_point, qmin, qmax, dtype = args
+    code = dtype[1] if isinstance(dtype, tuple) else None
+    name = SCALAR_TYPES[code][0] if isinstance(code, int) and code in SCALAR_TYPES else ""
+    if name not in INT_RANGES or None in (scale, zero_point) or qparams_problem(scale, zero_point, qmin, qmax, name):
+        return None
+    return QParams(float(scale), zero_point, qmin, qmax, name)
+
+
+Step = tuple[StaticNode, str, StaticConstant, float | None]   # node, op, constant, its value (None: unknown)
+
+
+@dataclass
+class ScaleChain:
+    dq: StaticNode
+    nodes: list[StaticNode]                   # the island: affine ops and the shape ops between
+    steps: list[Step]
+    outputs: list[StaticNode]                 # the quantize nodes it ends in
+
+    @property
+    def unknown(self) -> list[StaticConstant]:
+        """The constants the tier cannot compute: while there are any, the identity is undecided."""
+        return [c for _, _, c, value in self.steps if value is None]
+
+    @property
+    def code(self) -> str:
+        """QL001, or QL002 when an unknown constant has several elements: whether they are equal
+        decides between the two (`analysis._step`), and the tier claims no constant scale it cannot show."""
+        return "QL002" if any(c.numel != 1 for c in self.unknown) else "QL001"
+
+
+def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleChain | None:
+    """The constant scale island through `start`, an affine op with one constant operand; None
+    where the full check calls the island QL002 whatever the value of a constant the tier cannot
+    compute (`analysis.classify`)."""
+    dq_side = _runtime_operand(graph, start)
+    if dq_side is None or _quantized_constant(graph, start, dq_side):
+        return None
+    before: list[StaticNode] = []
+    source = graph.nodes.get(dq_side.name)
+    while source is not None and source.op != DQ:
+        if source.base not in SHAPE_OPS or len(source.users) != 1:
+            return None
+        before.append(source)
+        source = graph.nodes.get(source.refs[0]) if source.refs else None
+    end = _island_end(graph, start)
+    if source is None or end is None:
+        return None
+    nodes = [*reversed(before), start]
+    current = start
+    while current is not end:
+        current = current.users[0]
+        nodes.append(current)
+    steps = [_step(graph, node, max_elements) for node in nodes if node.base not in SHAPE_OPS]
+    if None in steps:
+        return None
+    return ScaleChain(source, nodes, steps, list(current.users))  # type: ignore[arg-type]
+
+
+def _island_end(graph: StaticGraph, start: StaticNode) -> StaticNode | None:
+    """The last op of the island through `start`, the one whose users are all quantize nodes;
+    None when the path forks or reaches another op first. Each node's answer is kept, so a long
+    chain is walked once whatever the number of ops on it that start an island."""
+    path: list[StaticNode] = []
+    current, end = start, None
+    while True:
+        if current in graph.island_ends:
+            end = graph.island_ends[current]
+            break
+        path.append(current)
+        if all(user.op == Q for user in current.users):
+            end = current if current.users else None
+            break
+        following = current.users[0] if len(current.users) == 1 else None
+        if following is None or following.base not in SHAPE_OPS and (
+                following.base not in SCALE_OPS | OFFSET_OPS or _runtime_operand(graph, following) is None):
+            break
+        current = following
+    for node in path:
+        graph.island_ends[node] = end
+    return end
+
+
+def _step(graph: StaticGraph, node: StaticNode, max_elements: int) -> Step | None:
+    """One `x op c` of a scale island (`analysis._step`), or None where it makes the island QL002."""
+    operand = next(a for a in node.args[:2] if not graph.is_runtime(a))
+    constant = graph.constant(operand)
+    if constant is None or constant.value is None or node.kwargs.get("alpha", 1) != 1:
+        return None
+    if node.base in ("div", "sub") and node.args[1] is not operand:
+        return None  # a constant-first division is no scale
+    if node.base in SCALE_OPS and constant.numel > max_elements:
+        return None  # a per-channel constant, even when all its channels hold one value
+    value = constant.value.value if isinstance(constant.value, Uniform) else None
+    if node.base in SCALE_OPS and value is not None and (value == 0.0 or not math.isfinite(value)):
+        return None
+    return node, node.base, constant, value
+
+
+def _runtime_operand(graph: StaticGraph, node: StaticNode) -> Ref | None:
+    """The one runtime operand of a binary op whose other operand is constant."""
+    operands = node.args[:2]
+    runtime = [a for a in operands if graph.is_runtime(a)]
+    if len(operands) != 2 or len(runtime) != 1:
+        return None
+    return runtime[0]
+
+
+def _quantized_constant(graph: StaticGraph, node: StaticNode, runtime: Ref) -> bool:
+    """The quantizer annotated the op: its constant operand is dequantized like its activation,
+    so lowering makes it an integer kernel."""
+    other = node.args[1] if node.args[0] is runtime else node.args[0]
+    return isinstance(other, Ref) and other.name in graph.nodes and graph.nodes[other.name].op == DQ
+
+
+def scale_chains(graph: StaticGraph, max_elements: int = 1) -> list[ScaleChain]:
+    seen: set[str] = set()
+    chains = []
+    for node in graph.order:
+        if node.name in seen or node.base not in SCALE_OPS | OFFSET_OPS or node.op.startswith("quantized"):
+            continue
+        chain = _chain(graph, node, max_elements)
+        if chain is None or not any(s[1] in SCALE_OPS for s in chain.steps):
+            continue
+        seen.update(n.name for n in chain.nodes)
+        chains.append(chain)
+    return chains
+
+
+def _qp_dict(qp: QParams) -> dict[str, Any]:
+    return {"scale": qp.scale, "zero_point": qp.zero_point, "qmin": qp.qmin, "qmax": qp.qmax, "dtype": qp.dtype}
+
+
+# Integers the identity verdicts of one program may evaluate (4,096 distinct int16 islands, about a
+# second): a crafted program of tens of thousands of distinct int16 pairs would otherwise hold the
+# in-process tier for minutes.
+MAX_EVALUATED_INTEGERS = 1 << 28
+
+
+class _Findings:
+    def __init__(self, artifact: str, config: Config) -> None:
+        self.artifact, self.config = artifact, config
+        self.decided: set[tuple[QParams, tuple[tuple[str, float], ...], QParams]] = set()
+        self.evaluated = 0  # input integers the distinct verdicts so far cost
+
+    def identity(self, qp_in: QParams, steps: tuple[tuple[str, float], ...], qp_out: QParams) -> bool:
+        """`exact.is_identity`, within the program's evaluation budget (a ReadError past it)."""
+        if (qp_in, steps, qp_out) not in self.decided:
+            self.decided.add((qp_in, steps, qp_out))
+            low, high = INT_RANGES[qp_in.dtype]
+            self.evaluated += high - low + 1
+            if self.evaluated > MAX_EVALUATED_INTEGERS:
+                raise ReadError(f"more distinct islands than the static tier evaluates ({MAX_EVALUATED_INTEGERS} "
+                                "input integers in all); use the full check")
+        return is_identity(qp_in, steps, qp_out)
+
+    def location(self, *nodes: StaticNode) -> Location | None:
+        for node in nodes:
+            found = locate(node.stack_trace, self.config.root)
+            if found:
+                return found
+        return None
+
+    def make(self, code: str, message: str, nodes: tuple[StaticNode, ...], **details: Any) -> Finding:
+        return Finding(code=code, severity=self.config.severity(code), message=message, artifact=self.artifact,
+                       node=nodes[0].name, location=self.location(*nodes), fixable=False, details=details)
+
+
+_SYMBOLS = {"div": "/", "mul": "*", "add": "+", "sub": "-"}
+RUN_FULL = "run `qlint check` without --static for the verdict"
+
+
+def scale_finding(make: _Findings, graph: StaticGraph, chain: ScaleChain, config: Config) -> Finding | None:
+    """The island's QL001 finding, or its QL002 one when a constant the tier cannot compute decides
+    between the two; None when its outputs are not one per-tensor quantize or its rule is off."""
+    qp_in = qparams(chain.dq)
+    outs = {qparams(o) for o in chain.outputs}
+    if qp_in is None or len(outs) != 1 or None in outs or not config.enabled(chain.code):
+        return None
+    qp_out: QParams = outs.pop()  # type: ignore[assignment]
+    nodes = _fp32_nodes(graph, chain)
+    anchor = next(n for n in chain.nodes if n.base not in SHAPE_OPS)
+    ops = [n.op for n in chain.nodes if n.base not in SHAPE_OPS]
+    shared = {"ops": ops, "fp32_elements": sum(nodes.values()), "graph_nodes": nodes}
+    if chain.unknown:
+        shared["undecided"] = _undecided(chain)
+    if chain.code == "QL002":
+        reason = (f"undecided: {_undecided(chain)}; QL001 if it holds one value (its identity verdict undecided), "
+                  f"QL002 if it differs by position: {RUN_FULL}")
+        message = f"fp32 island ({', '.join(ops)}), {sum(nodes.values())} fp32 elements per inference: {reason}"
+        return make.make("QL002", message, (anchor, *chain.nodes), reason=reason, identity=None, **shared)
+    steps = tuple((op, value) for _, op, _, value in chain.steps if value is not None)
+    identity = None if chain.unknown else make.identity(qp_in, steps, qp_out)
+    scale_text = " ".join(f"{_SYMBOLS[op]} {_constant_text(c)}" for _, op, c, _ in chain.steps)
+    ident = (f"identity undecided: {_undecided(chain)}: {RUN_FULL}" if identity is None else
+             f"{'already an exact' if identity else 'not an'} identity on {qp_in.dtype} values")
+    message = f"constant scale in fp32: x {scale_text} between dequantize {qp_in} and quantize {qp_out}; {ident}"
+    blocked = blocked_guards(config.fold, qp_in, [c.kind for _, _, c, _ in chain.steps], qp_out)
+    if blocked:
+        message += f"; fold blocked by {'; '.join(blocked)}"
+    return make.make(
+        "QL001", message, (anchor, *chain.nodes), identity=identity, blocked_by=blocked,
+        constants=[{"name": c.name, "kind": c.kind, "value": value, "op": op} for _, op, c, value in chain.steps],
+        factor=_factor(chain), input_qparams=_qp_dict(qp_in), output_qparams=_qp_dict(qp_out), **shared,
+    )
+
+
+def _fp32_nodes(graph: StaticGraph, chain: ScaleChain) -> dict[str, int]:
+    """As the full check counts them: every dequantized input (a dequantized constant too), the
+    island's own outputs, and the quantize nodes it ends in with none."""
+    dequantized = [graph.nodes[r] for n in chain.nodes for r in n.refs
+                   if r in graph.nodes and graph.nodes[r].op == DQ]
+    return {**{d.name: d.numel for d in dequantized}, **{n.name: n.numel for n in chain.nodes},
+            **{o.name: 0 for o in chain.outputs}}
+
+
+def _factor(chain: ScaleChain) -> float | None:
+    """What the island multiplies its input by (its offsets aside); None while a scale is unknown."""
+    factor = 1.0
+    for _, op, _, value in chain.steps:
+        if op in SCALE_OPS:
+            if value is None:
+                return None
+            factor = factor / value if op == "div" else factor * value
+    return factor
+
+
+def _undecided(chain: ScaleChain) -> str:
+    """The constants the tier cannot compute, and what computes them: what the full check evaluates."""
+    return "; ".join(f"{_constant_text(c)} {c.value.why}" for c in chain.unknown
+                     if isinstance(c.value, Unknown))
+
+
+def _constant_text(constant: StaticConstant) -> str:
+    """As the full check prints a constant (`graph_view.Constant`); one it cannot compute, as the
+    full check prints one that differs by position."""
+    if not isinstance(constant.value, Uniform):
+        return f"{constant.name} ({constant.kind})" if constant.numel == 1 else \
+            f"{constant.name} ({constant.kind}, {constant.numel} elements)"
+    value = f"{constant.name}={constant.value.value:.6g}"
+    return f"{value} ({constant.kind})" if constant.numel == 1 else \
+        f"{value} ({constant.kind}, all {constant.numel} elements)"
+
+
+def _past_casts(node: StaticNode) -> StaticNode:
+    """`node`, or the op after a chain of float32 -> float32 casts from it: `to_edge` drops those."""
+    while node.base in _CASTS - {"clone"} and node.dtype == "float32" and len(node.users) == 1:
+        node = node.users[0]
+    return node
+
+
+def requantize_findings(make: _Findings, graph: StaticGraph) -> Iterator[Finding]:
+    for dq in graph.order:
+        if dq.op != DQ or not dq.refs or not graph.is_runtime(Ref(dq.refs[0])):
+            continue
+        for q in [_past_casts(user) for user in dq.users]:
+            qp_in, qp_out = qparams(dq), qparams(q)
+            if q.op != Q or qp_in is None or qp_out is None:
+                continue
+            identity = make.identity(qp_in, (), qp_out)
+            kind = "an identity" if identity else "a rescale"
+            producer = [graph.nodes[r] for r in dq.refs if r in graph.nodes]
+            yield make.make(
+                "QL004", f"dequantize -> quantize with nothing between ({kind} done in fp32): {qp_in} -> {qp_out}",
+                (q, dq, *producer), identity=identity, input_qparams=_qp_dict(qp_in),
+                output_qparams=_qp_dict(qp_out), graph_nodes={dq.name: dq.numel, q.name: 0},
+            )
+
+
+def lint_static(data: bytes, artifact: str, config: Config) -> tuple[list[Finding], ArtifactStats]:
+    """QL001 and QL004 of a `.pt2`, and the QL002 islands it cannot decide, read from its graph JSON
+    (the hardened archive reader)."""
+
+    archive = parse_pt2(data, config.limits)
+    # The archive reader checked the program's shape, not every field's type: a crafted field
+    # that breaks the reading is a corrupt file, reported in one line.
+    try:
+        graph = StaticGraph(archive)
+        make = _Findings(artifact, config)
+        findings: list[Finding] = []
+        islands = config.enabled("QL001") or config.enabled("QL002")
+        chains = scale_chains(graph, config.fold.max_elements) if islands else []
+        for chain in chains:
+            found = scale_finding(make, graph, chain, config)
+            if found is not None:
+                findings.append(found)
+        if config.enabled("QL004"):
+            findings.extend(requantize_findings(make, graph))
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError, OverflowError) as exc:
+        raise ReadError(f"corrupt {MODEL}: {type(exc).__name__} while reading its graph") from None
+    islands_found = [f for f in findings if f.code != "QL004"]
+    stats = ArtifactStats(artifact=artifact, nodes=len(graph.order), fp32_islands=len(islands_found),
+                          fp32_elements=sum(int(f.details["fp32_elements"]) for f in islands_found),
+                          coverage=1.0, lowered=False, static=True)
+    return findings, stats
