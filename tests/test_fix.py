@@ -138,10 +138,10 @@ def test_int16_guards_leave_the_island_and_say_why(quantized: Callable[..., Any]
 
 def test_clamp_range_guard() -> None:
     """int16 quantizes use [-32767, 32767]; a fold into an int8 [-128, 127] consumer would be blocked."""
-    from qlint.graph.regions import blocked_guards
-    from qlint.graph.view import QParams
+    from qlint.rules.qparams import QParams
+    from qlint.settings.guards import blocked_guards
 
-    qp_in, qp_out = QParams(1.0, 0, -32767, 32767, torch.int16), QParams(1.0, 0, -32768, 32767, torch.int16)
+    qp_in, qp_out = QParams(1.0, 0, -32767, 32767, "int16"), QParams(1.0, 0, -32768, 32767, "int16")
     guards = FoldGuards(dtypes=("int16",))
     assert blocked_guards(guards, qp_in, (), qp_out) == [
         "fold.require_equal_qrange: int16[-32767, 32767] in, int16[-32768, 32767] out"

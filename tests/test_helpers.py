@@ -121,7 +121,8 @@ def test_constant_propagation_never_runs_a_huge_or_untrusted_constant() -> None:
     """`aten.full` of any size is one node in an untrusted program: only small ones are computed."""
     import torch
 
-    from qlint.graph.view import MAX_COMPUTED_BYTES, computed_constants
+    from qlint.graph.view import computed_constants
+    from qlint.io.limits import MAX_CONSTANT_BYTES
 
     class Masks(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -131,7 +132,7 @@ def test_constant_propagation_never_runs_a_huge_or_untrusted_constant() -> None:
 
     program = torch.export.export(Masks(), (torch.randn(8, 8),))
     computed = computed_constants(program, trusted_shapes=True)
-    assert 4096 * 4096 * 4 > MAX_COMPUTED_BYTES
+    assert 4096 * 4096 * 4 > MAX_CONSTANT_BYTES
     assert [tuple(v.shape) for v in computed.values()] == []  # both are aten.full: the big one skips the op
     assert computed_constants(program, trusted_shapes=False) == {}
 

@@ -16,7 +16,7 @@ from conftest import ROOT
 
 from examples.zoo import ZOO
 from qlint.settings.config import Config, FoldGuards
-from qlint.static.float32 import QParams, island_outputs
+from qlint.static.float32 import island_outputs
 from qlint.static.tier import lint_static
 
 HAND_MADE = [
@@ -65,10 +65,6 @@ def test_static_findings_equal_the_full_checks(name: str, linted: Callable[..., 
     assert stats.static and stats.fp32_islands == sum(1 for f in full if f.code != "QL004")
 
 
-def exact_qparams(qp: Any) -> QParams:
-    return QParams(qp.scale, qp.zero_point, qp.qmin, qp.qmax, qp.dtype_name)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CORPUS)
 def test_emulated_float32_equals_torch_on_every_input_integer(name: str, linted: Callable[..., Any]) -> None:
@@ -78,10 +74,10 @@ def test_emulated_float32_equals_torch_on_every_input_integer(name: str, linted:
         exhaustive = region.exhaustive()
         if region.code not in ("QL001", "QL004") or exhaustive is None:
             continue
-        qp_in = exact_qparams(region.qp_in)
+        qp_in = region.qp_in
         steps = [(s.op, s.value) for s in region.scale.steps] if region.scale else []
         for out, by_torch in exhaustive.outputs.items():
-            emulated = island_outputs(qp_in, steps, exact_qparams(region.view.qparams(out)))
+            emulated = island_outputs(qp_in, steps, region.view.qparams(out))
             assert emulated == by_torch.tolist(), (name, region.anchor.name)
 
 

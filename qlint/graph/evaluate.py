@@ -16,14 +16,15 @@ from qlint.graph.islands import Island
 from qlint.graph.view import (
     GraphView,
     Kind,
-    QParams,
     base_name,
     input_node,
     op_name,
     output_dtype,
     output_value,
     run_node,
+    torch_dtype,
 )
+from qlint.rules.qparams import QParams
 
 # Ops that act on each element alone: shape ops around them may be skipped when
 # evaluating on a flat vector of all input values.
@@ -43,7 +44,7 @@ def input_domain(qp: QParams) -> tuple[torch.Tensor, torch.Tensor]:
     """Every value of the input dtype, and the mask of those a producer clamped
     to [qmin, qmax] can actually emit (an int16 range of [-32767, 32767] never
     carries -32768)."""
-    values = all_values(qp.dtype)
+    values = all_values(torch_dtype(qp))
     return values, (values >= qp.qmin) & (values <= qp.qmax)
 
 

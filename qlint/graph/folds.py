@@ -30,7 +30,8 @@ from torch.fx import Node
 from qlint._compat import StrEnum
 from qlint.graph.islands import Island
 from qlint.graph.regions import Exhaustive, Region
-from qlint.graph.view import GraphView, Kind, QParams, input_node, op_name, output_dtype, run_node
+from qlint.graph.view import GraphView, Kind, input_node, op_name, output_dtype, run_node
+from qlint.rules.qparams import QParams
 
 FLOAT32_TINY = 1.1754943508222875e-38  # smallest normal float32
 
@@ -128,10 +129,10 @@ def _int_fold(region: Region, dq: Node, qp_in: QParams, exhaustive: Exhaustive, 
     removed = region.island.nodes
     if all(exhaustive.reproduces_input(o) for o in outputs):
         return Fold(FoldKind.IDENTITY, region.code, region.anchor, dq, outputs, removed, reshapes=reshapes)
-    if qp_in.dtype == torch.int8 and all(exhaustive.outputs[o].dtype == torch.int8 for o in outputs):
+    if qp_in.dtype == "int8" and all(exhaustive.outputs[o].dtype == torch.int8 for o in outputs):
         luts = {o: exhaustive.outputs[o].to(torch.int8) for o in outputs}
         return Fold(FoldKind.TABLE, region.code, region.anchor, dq, outputs, removed, luts=luts, reshapes=reshapes)
-    return f"{qp_in.dtype_name} islands can only fold a constant scale into the output quantize"
+    return f"{qp_in.dtype} islands can only fold a constant scale into the output quantize"
 
 
 def _scale_candidates(scale: float, steps: int = 16) -> list[float]:
@@ -151,7 +152,7 @@ def _rescale(region: Region, qp_in: QParams, exhaustive: Exhaustive, outputs: li
     """int16: fold the island's constant factor into the output quantize scale, if exact."""
     scale_island = region.scale
     if scale_island is None:
-        return f"{qp_in.dtype_name} islands fold only as a constant scale"
+        return f"{qp_in.dtype} islands fold only as a constant scale"
     if scale_island.offset:
         return "the island adds a constant; an output scale cannot absorb an offset"
     factor = scale_island.factor
@@ -185,7 +186,7 @@ def _rescale(region: Region, qp_in: QParams, exhaustive: Exhaustive, outputs: li
     if found is None:
         return (
             f"folding into the output scale changes at least {best} of {int(mask.sum())} "
-            f"{qp_in.dtype_name} values for every candidate scale"
+            f"{qp_in.dtype} values for every candidate scale"
         )
     return Fold(FoldKind.RESCALE, region.code, region.anchor, dq, outputs, island.nodes, scale=found)
 
@@ -226,6 +227,6 @@ def _plan(region: Region) -> Fold | str:
         return "an output does not go to a per-tensor quantize"
     exhaustive = region.exhaustive()
     assert exhaustive is not None  # one dequantized input, elementwise, quantize outputs
-    if qp_in.dtype == torch.int8:
+    if qp_in.dtype == "int8":
         return _int_fold(region, region.dq, qp_in, exhaustive, outputs)
     return _rescale(region, qp_in, exhaustive, outputs)

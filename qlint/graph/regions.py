@@ -20,7 +20,8 @@ from torch.fx import Node
 from qlint.graph.causes import cause_of, causes
 from qlint.graph.evaluate import evaluate, input_domain, not_per_integer, runtime_input
 from qlint.graph.islands import Island, find_constant_subgraphs, find_islands, fp32_numel, requantize_pairs, results
-from qlint.graph.view import Constant, GraphView, Kind, QParams, base_name, op_name
+from qlint.graph.view import Constant, GraphView, Kind, base_name, op_name
+from qlint.rules.qparams import QParams
 from qlint.rules.source import locate
 from qlint.settings.config import Config, ConstantKind
 from qlint.settings.guards import blocked_guards

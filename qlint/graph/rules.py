@@ -30,7 +30,9 @@ from qlint.graph.islands import (
 from qlint.graph.lowering import LoweringError, first_line
 from qlint.graph.regions import CONSTANT_CODE, Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.graph.validity import Invalid, find_invalid
-from qlint.graph.view import GraphView, QParams, is_float, numel, op_name
+from qlint.graph.view import GraphView, is_float, numel, op_name
+from qlint.rules import builders
+from qlint.rules.builders import Term
 from qlint.rules.records import ArtifactStats, Finding, Location, shapes_elided
 from qlint.rules.source import locate, module_path
 from qlint.rules.table import RULES, Scope, enabled_rules, rule
@@ -134,8 +136,8 @@ def lowering_failed(context: Context) -> list[Finding]:
                               graph_nodes=graph_nodes(context.view, dict.fromkeys(nodes, 0)))]
 
 
-def _scale_text(scale: ScaleIsland) -> str:
-    return " ".join(f"{s.symbol} {s.constant}" for s in scale.steps)
+def _terms(scale: ScaleIsland) -> list[Term]:
+    return [Term(s.op, s.constant.name, s.constant.kind, s.constant.numel, s.value) for s in scale.steps]
 
 
 @rule("QL001", Scope.REGION)
@@ -143,36 +145,12 @@ def constant_scale(context: Context, region: Region) -> Finding:
     scale = region.scale
     assert scale is not None
     exhaustive = region.exhaustive()
-    identity = exhaustive is not None and exhaustive.identity
-    ident_text = (
-        f"already an exact identity on {scale.qp_in.dtype_name} values"
-        if identity
-        else f"not an identity on {scale.qp_in.dtype_name} values"
-    )
-    message = (
-        f"constant scale in fp32: x {_scale_text(scale)} between dequantize {scale.qp_in} "
-        f"and quantize {scale.qp_out}; {ident_text}"
-    )
-    if region.blocked:
-        message += f"; fold blocked by {'; '.join(region.blocked)}"
     island = region.island
-    return context.make.make(
-        "QL001",
-        message,
-        (region.anchor, *island.nodes),
-        context.fixable(region),
-        ops=island.ops,
-        constants=[
-            {"name": s.constant.name, "kind": s.constant.kind, "value": s.value, "op": s.op} for s in scale.steps
-        ],
-        factor=scale.factor,
-        input_qparams=_qp_dict(scale.qp_in),
-        output_qparams=_qp_dict(scale.qp_out),
-        identity=identity,
-        blocked_by=region.blocked,
-        fp32_elements=fp32_elements(context.view, island),
-        graph_nodes=graph_nodes(context.view, fp32_by_node(context.view, island)),
-    )
+    message, details = builders.constant_scale(
+        island.ops, _terms(scale), scale.qp_in, scale.qp_out, exhaustive is not None and exhaustive.identity,
+        region.blocked, fp32_elements(context.view, island),
+        graph_nodes(context.view, fp32_by_node(context.view, island)))
+    return context.make.make("QL001", message, (region.anchor, *island.nodes), context.fixable(region), **details)
 
 
 @rule("QL002", Scope.REGION)
@@ -217,19 +195,11 @@ def constant_subgraph(context: Context, region: Region) -> Finding:
 def requantize(context: Context, region: Region) -> Finding:
     view, dq, q = context.view, region.island.inputs[0], region.anchor
     qp_in, qp_out = view.qparams(dq), view.qparams(q)
+    assert qp_in is not None and qp_out is not None
     exhaustive = region.exhaustive()
-    identity = exhaustive is not None and exhaustive.identity
-    kind = "an identity" if identity else "a rescale"
-    return context.make.make(
-        "QL004",
-        f"dequantize -> quantize with nothing between ({kind} done in fp32): {qp_in} -> {qp_out}",
-        (q, dq, *dq.all_input_nodes),
-        context.fixable(region),
-        identity=identity,
-        input_qparams=_qp_dict(qp_in),
-        output_qparams=_qp_dict(qp_out),
-        graph_nodes=graph_nodes(view, {dq: numel(dq), q: 0}),
-    )
+    message, details = builders.requantize(qp_in, qp_out, exhaustive is not None and exhaustive.identity,
+                                           graph_nodes(view, {dq: numel(dq), q: 0}))
+    return context.make.make("QL004", message, (q, dq, *dq.all_input_nodes), context.fixable(region), **details)
 
 
 @rule("QL005", Scope.PROGRAM)
@@ -315,12 +285,6 @@ def graph_nodes(view: GraphView, counts: dict[Node, int]) -> dict[str, int]:
         if name is not None:
             named[name] = named.get(name, 0) + count
     return named
-
-
-def _qp_dict(qp: QParams | None) -> dict[str, Any] | None:
-    if qp is None:
-        return None
-    return {"scale": qp.scale, "zero_point": qp.zero_point, "qmin": qp.qmin, "qmax": qp.qmax, "dtype": qp.dtype_name}
 
 
 def _percent_down(ratio: float) -> str:

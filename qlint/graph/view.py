@@ -21,7 +21,9 @@ from typing import Any, cast
 import torch
 from torch.fx import Node
 
+from qlint.io.limits import MAX_CONSTANT_BYTES
 from qlint.io.wellformed import qparams_problem
+from qlint.rules.qparams import QParams
 from qlint.settings.config import ConstantKind
 
 # Matched on `namespace.name`, whatever the overload (`.default`, `.out`, `.tensor`).
@@ -60,22 +62,9 @@ class Kind(enum.Enum):
     OTHER = "other"          # memory planning and asserts
 
 
-@dataclass(frozen=True)
-class QParams:
-    scale: float
-    zero_point: int
-    qmin: int
-    qmax: int
-    dtype: torch.dtype
-
-    @property
-    def dtype_name(self) -> str:
-        return str(self.dtype).removeprefix("torch.")
-
-    def __str__(self) -> str:
-        from qlint.static.float32 import qparams_text
-
-        return qparams_text(self)
+def torch_dtype(qp: QParams) -> torch.dtype:
+    """The torch dtype of a qparams record's dtype name, where a kernel runs on it."""
+    return cast(torch.dtype, getattr(torch, qp.dtype))
 
 
 @dataclass(frozen=True)
@@ -195,9 +184,6 @@ def constant_inputs(signature: Any) -> dict[str, tuple[ConstantKind, str]]:
     return table
 
 
-# The most one computed constant may hold: a mask or a filled scale is small, and an
-# untrusted program may ask `aten.full` for any size.
-MAX_COMPUTED_BYTES = 16 << 20
 # The most all computed constants may read and write together: an untrusted program may apply a
 # cheap op to one large constant tens of thousands of times (minutes of compute in a 2 MB .pte).
 MAX_COMPUTED_TOTAL_BYTES = 256 << 20
@@ -227,7 +213,7 @@ def computed_constants(program: Any, trusted_shapes: bool) -> dict[Node, torch.T
     and quantize ops included); the program is not changed, so a fix still
     compares against, and rewrites, the program as lowered. Only shapes that
     lowering recomputed are trusted (`trusted_shapes`), and an op whose recorded
-    output exceeds MAX_COMPUTED_BYTES anywhere in the graph is not run.
+    output exceeds MAX_CONSTANT_BYTES anywhere in the graph is not run.
     """
     if not trusted_shapes:
         return {}
@@ -236,7 +222,7 @@ def computed_constants(program: Any, trusted_shapes: bool) -> dict[Node, torch.T
     calls = [n for n in program.graph_module.graph.nodes if n.op == "call_function"]
     skip = {
         n.target for n in calls
-        if (n.target is not operator.getitem and not known_operator(n)) or recorded_bytes(n) > MAX_COMPUTED_BYTES
+        if (n.target is not operator.getitem and not known_operator(n)) or recorded_bytes(n) > MAX_CONSTANT_BYTES
     }
     skip |= _costliest(program, calls, skip)
     values = get_propagated_const_tensor_dict(program, skip)
@@ -392,7 +378,7 @@ class GraphView:
             return None
         if not isinstance(dtype, torch.dtype) or qparams_problem(scale, zp, qmin, qmax, str(dtype)[6:]):
             return None  # no kernel runs them (a crafted .pte): no verdict is given on them
-        return QParams(float(scale), int(zp), int(qmin), int(qmax), dtype)
+        return QParams(float(scale), int(zp), int(qmin), int(qmax), str(dtype).removeprefix("torch."))
 
     def constant(self, arg: Any) -> Constant | None:
         """The constant behind an operand: a lifted tensor, a get_attr or a literal."""

@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MIB = 1 << 20
+# The most one constant a rule reads or computes may hold, in either tier: a mask or a filled scale
+# is small, and an untrusted program may ask `aten.full` (or a payload) for any size.
+MAX_CONSTANT_BYTES = 16 * MIB
 
 
 @dataclass(frozen=True)

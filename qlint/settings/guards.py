@@ -12,7 +12,7 @@ class QRange(Protocol):
     """What the guards read of a region's qparams (`graph_view.QParams` and `exact.QParams` both)."""
 
     @property
-    def dtype_name(self) -> str: ...
+    def dtype(self) -> str: ...
 
     @property
     def qmin(self) -> int: ...
@@ -29,16 +29,16 @@ def blocked_guards(
     `qp_out` is given for a constant scale, whose fold keeps the input's clamp range.
     """
     blocked = []
-    if qp_in is not None and qp_in.dtype_name not in guards.dtypes:
-        blocked.append(f"fold.dtypes: {qp_in.dtype_name} not in [{', '.join(guards.dtypes)}]")
+    if qp_in is not None and qp_in.dtype not in guards.dtypes:
+        blocked.append(f"fold.dtypes: {qp_in.dtype} not in [{', '.join(guards.dtypes)}]")
     disallowed = sorted(set(kinds) - set(guards.constant_kinds))
     if disallowed:
         blocked.append(f"fold.constant_kinds: {', '.join(disallowed)} not in [{', '.join(guards.constant_kinds)}]")
     a, b = qp_in, qp_out
-    if guards.require_equal_qrange and a is not None and b is not None and (a.dtype_name, a.qmin, a.qmax) != (
-        b.dtype_name, b.qmin, b.qmax
+    if guards.require_equal_qrange and a is not None and b is not None and (a.dtype, a.qmin, a.qmax) != (
+        b.dtype, b.qmin, b.qmax
     ):
         blocked.append(
-            f"fold.require_equal_qrange: {a.dtype_name}[{a.qmin}, {a.qmax}] in, {b.dtype_name}[{b.qmin}, {b.qmax}] out"
+            f"fold.require_equal_qrange: {a.dtype}[{a.qmin}, {a.qmax}] in, {b.dtype}[{b.qmin}, {b.qmax}] out"
         )
     return blocked

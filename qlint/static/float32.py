@@ -17,13 +17,13 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from qlint.io.wellformed import QUANT_RANGES
+from qlint.rules.qparams import QParams
+
 _F32 = struct.Struct("<f")
-# Integer dtypes a quantized tensor may have: name -> (min, max).
-INT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535)}
 
 
 def f32(x: float) -> float:
@@ -52,29 +52,6 @@ def binary(op: str, a: float, b: float) -> float:
     raise ValueError(op)
 
 
-@dataclass(frozen=True)
-class QParams:
-    """Per-tensor quantization parameters, as literal arguments of a quantize/dequantize node."""
-
-    scale: float
-    zero_point: int
-    qmin: int
-    qmax: int
-    dtype: str   # int8, uint8, int16, uint16
-
-    @property
-    def dtype_name(self) -> str:
-        return self.dtype
-
-    def __str__(self) -> str:
-        return qparams_text(self)
-
-
-def qparams_text(qp: Any) -> str:
-    """How a finding prints qparams, the same in both tiers: `int8(scale=0.1, zp=-7, range=[-128, 127])`."""
-    return f"{qp.dtype_name}(scale={qp.scale:.6g}, zp={qp.zero_point}, range=[{qp.qmin}, {qp.qmax}])"
-
-
 def dequantize(q: int, qp: QParams) -> float:
     """`(q.to(float32) - zero_point) * scale`, in float32."""
     return binary("mul", binary("sub", float(q), float(qp.zero_point)), qp.scale)
@@ -96,7 +73,7 @@ def _every_output(qp_in: QParams, steps: Sequence[tuple[str, float]], qp_out: QP
     and where a NaN reached the quantize."""
     import numpy as np
 
-    low, high = INT_RANGES[qp_in.dtype]
+    low, high = QUANT_RANGES[qp_in.dtype]
     with np.errstate(all="ignore"):
         x = (np.arange(low, high + 1).astype(np.float32) - np.float32(qp_in.zero_point)) * np.float32(qp_in.scale)
         for op, constant in steps:
@@ -128,6 +105,6 @@ def is_identity(qp_in: QParams, steps: tuple[tuple[str, float], ...], qp_out: QP
     if qp_out.dtype != qp_in.dtype:
         return False
     outputs, nan = _every_output(qp_in, steps, qp_out)
-    low = INT_RANGES[qp_in.dtype][0]
+    low = QUANT_RANGES[qp_in.dtype][0]
     inside = outputs[qp_in.qmin - low: qp_in.qmax - low + 1]
     return not nan.any() and bool(np.array_equal(inside, np.arange(qp_in.qmin, qp_in.qmax + 1)))

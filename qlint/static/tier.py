@@ -24,26 +24,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qlint.io.archive import MODEL, Pt2Archive, parse_pt2
+from qlint.io.limits import MAX_CONSTANT_BYTES
 from qlint.io.reads import ReadError
-from qlint.io.wellformed import LIFTED, SCALAR_TYPES, qparams_problem
+from qlint.io.wellformed import LIFTED, QUANT_RANGES, SCALAR_TYPES, qparams_problem
+from qlint.rules import builders
+from qlint.rules.builders import RUN_FULL, Term
+from qlint.rules.ops import NOT_A_CHAIN, OFFSET_OPS, SCALE_OPS
+from qlint.rules.ops import SHAPE_OPS as ALL_SHAPE_OPS
+from qlint.rules.qparams import EXHAUSTIVE_DTYPES, QParams
 from qlint.rules.records import ArtifactStats, Finding, Location
 from qlint.rules.source import locate
 from qlint.settings.config import Config, ConstantKind
 from qlint.settings.guards import blocked_guards
-from qlint.static.float32 import INT_RANGES, QParams, binary, dequantize, f32, is_identity, quantize
+from qlint.static.float32 import binary, dequantize, f32, is_identity, quantize
 
 RULES = ("QL001", "QL004")
 DQ = "quantized_decomposed.dequantize_per_tensor.default"
 Q = "quantized_decomposed.quantize_per_tensor.default"
-SCALE_OPS = {"div", "mul"}
-OFFSET_OPS = {"add", "sub"}
-# Ops that move float values without computing: an island carries them.
-SHAPE_OPS = {
-    "view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "permute", "transpose", "expand", "clone",
-    "contiguous", "alias", "flatten", "t", "slice", "select", "detach", "lift_fresh_copy",
-}
+# A chain of one tensor in, one out (the walk of an island before lowering): no join, fork or cast.
+SHAPE_OPS = ALL_SHAPE_OPS - NOT_A_CHAIN
 _FLOAT_DTYPES = {"float16", "float32", "float64"}
-_MAX_CONSTANT_BYTES = 16 << 20   # the full check's MAX_COMPUTED_BYTES
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,7 @@ class StaticGraph:
             dtype = None  # bfloat16, float8: numpy has no such dtype
         unread = Unknown("is held in a payload or view the static tier does not read (over 16 MiB or of a "
                          "dtype it does not decode)")
-        if payload is None or dtype is None or len(payload) > _MAX_CONSTANT_BYTES:
+        if payload is None or dtype is None or len(payload) > MAX_CONSTANT_BYTES:
             return unread
         sizes = [_int(v) for v in meta["sizes"]]
         if math.prod(sizes) == 0:
@@ -243,7 +243,7 @@ class StaticGraph:
         # A stride-0 dimension repeats what it holds (an expanded view): one copy decides, and the
         # elements compared stay within the bound however large the view declares itself.
         kept = [(size, _int(stride)) for size, stride in zip(sizes, meta["strides"], strict=True) if _int(stride)]
-        if math.prod(size for size, _ in kept) * dtype.itemsize > _MAX_CONSTANT_BYTES:
+        if math.prod(size for size, _ in kept) * dtype.itemsize > MAX_CONSTANT_BYTES:
             return unread
         flat = np.frombuffer(payload, dtype=dtype)[_int(meta["storage_offset"]):]
         values = np.lib.stride_tricks.as_strided(
@@ -403,7 +403,8 @@ def qparams(node: StaticNode) -> QParams | None:
     scale, zero_point, qmin, qmax, dtype = args
     code = dtype[1] if isinstance(dtype, tuple) else None
     name = SCALAR_TYPES[code][0] if isinstance(code, int) and code in SCALAR_TYPES else ""
-    if name not in INT_RANGES or None in (scale, zero_point) or qparams_problem(scale, zero_point, qmin, qmax, name):
+    if name not in EXHAUSTIVE_DTYPES or None in (scale, zero_point) or \
+            qparams_problem(scale, zero_point, qmin, qmax, name):
         return None
     return QParams(float(scale), zero_point, qmin, qmax, name)
 
@@ -528,10 +529,6 @@ def scale_chains(graph: StaticGraph, max_elements: int = 1) -> list[ScaleChain]:
     return chains
 
 
-def _qp_dict(qp: QParams) -> dict[str, Any]:
-    return {"scale": qp.scale, "zero_point": qp.zero_point, "qmin": qp.qmin, "qmax": qp.qmax, "dtype": qp.dtype}
-
-
 # Integers the identity verdicts of one program may evaluate (4,096 distinct int16 islands, about a
 # second): a crafted program of tens of thousands of distinct int16 pairs would otherwise hold the
 # in-process tier for minutes.
@@ -548,7 +545,7 @@ class _Findings:
         """`exact.is_identity`, within the program's evaluation budget (a ReadError past it)."""
         if (qp_in, steps, qp_out) not in self.decided:
             self.decided.add((qp_in, steps, qp_out))
-            low, high = INT_RANGES[qp_in.dtype]
+            low, high = QUANT_RANGES[qp_in.dtype]
             self.evaluated += high - low + 1
             if self.evaluated > MAX_EVALUATED_INTEGERS:
                 raise ReadError(f"more distinct islands than the static tier evaluates ({MAX_EVALUATED_INTEGERS} "
@@ -565,10 +562,6 @@ class _Findings:
     def make(self, code: str, message: str, nodes: tuple[StaticNode, ...], **details: Any) -> Finding:
         return Finding(code=code, severity=self.config.severity(code), message=message, artifact=self.artifact,
                        node=nodes[0].name, location=self.location(*nodes), fixable=False, details=details)
-
-
-_SYMBOLS = {"div": "/", "mul": "*", "add": "+", "sub": "-"}
-RUN_FULL = "run `qlint check` without --static for the verdict"
 
 
 def scale_finding(make: _Findings, graph: StaticGraph, chain: ScaleChain, config: Config) -> Finding | None:
@@ -592,18 +585,15 @@ def scale_finding(make: _Findings, graph: StaticGraph, chain: ScaleChain, config
         return make.make("QL002", message, (anchor, *chain.nodes), reason=reason, identity=None, **shared)
     steps = tuple((op, value) for _, op, _, value in chain.steps if value is not None)
     identity = None if chain.unknown else make.identity(qp_in, steps, qp_out)
-    scale_text = " ".join(f"{_SYMBOLS[op]} {_constant_text(c)}" for _, op, c, _ in chain.steps)
-    ident = (f"identity undecided: {_undecided(chain)}: {RUN_FULL}" if identity is None else
-             f"{'already an exact' if identity else 'not an'} identity on {qp_in.dtype} values")
-    message = f"constant scale in fp32: x {scale_text} between dequantize {qp_in} and quantize {qp_out}; {ident}"
     blocked = blocked_guards(config.fold, qp_in, [c.kind for _, _, c, _ in chain.steps], qp_out)
-    if blocked:
-        message += f"; fold blocked by {'; '.join(blocked)}"
-    return make.make(
-        "QL001", message, (anchor, *chain.nodes), identity=identity, blocked_by=blocked,
-        constants=[{"name": c.name, "kind": c.kind, "value": value, "op": op} for _, op, c, value in chain.steps],
-        factor=_factor(chain), input_qparams=_qp_dict(qp_in), output_qparams=_qp_dict(qp_out), **shared,
-    )
+    message, details = builders.constant_scale(
+        ops, _terms(chain), qp_in, qp_out, identity, blocked, sum(nodes.values()), nodes,
+        _undecided(chain) if chain.unknown else None)
+    return make.make("QL001", message, (anchor, *chain.nodes), **details)
+
+
+def _terms(chain: ScaleChain) -> list[Term]:
+    return [Term(op, c.name, c.kind, c.numel, value) for _, op, c, value in chain.steps]
 
 
 def _fp32_nodes(graph: StaticGraph, chain: ScaleChain) -> dict[str, int]:
@@ -615,32 +605,10 @@ def _fp32_nodes(graph: StaticGraph, chain: ScaleChain) -> dict[str, int]:
             **{o.name: 0 for o in chain.outputs}}
 
 
-def _factor(chain: ScaleChain) -> float | None:
-    """What the island multiplies its input by (its offsets aside); None while a scale is unknown."""
-    factor = 1.0
-    for _, op, _, value in chain.steps:
-        if op in SCALE_OPS:
-            if value is None:
-                return None
-            factor = factor / value if op == "div" else factor * value
-    return factor
-
-
 def _undecided(chain: ScaleChain) -> str:
     """The constants the tier cannot compute, and what computes them: what the full check evaluates."""
-    return "; ".join(f"{_constant_text(c)} {c.value.why}" for c in chain.unknown
+    return "; ".join(f"{Term('', c.name, c.kind, c.numel, None)} {c.value.why}" for c in chain.unknown
                      if isinstance(c.value, Unknown))
-
-
-def _constant_text(constant: StaticConstant) -> str:
-    """As the full check prints a constant (`graph_view.Constant`); one it cannot compute, as the
-    full check prints one that differs by position."""
-    if not isinstance(constant.value, Uniform):
-        return f"{constant.name} ({constant.kind})" if constant.numel == 1 else \
-            f"{constant.name} ({constant.kind}, {constant.numel} elements)"
-    value = f"{constant.name}={constant.value.value:.6g}"
-    return f"{value} ({constant.kind})" if constant.numel == 1 else \
-        f"{value} ({constant.kind}, all {constant.numel} elements)"
 
 
 def _past_casts(node: StaticNode) -> StaticNode:
@@ -658,14 +626,10 @@ def requantize_findings(make: _Findings, graph: StaticGraph) -> Iterator[Finding
             qp_in, qp_out = qparams(dq), qparams(q)
             if q.op != Q or qp_in is None or qp_out is None:
                 continue
-            identity = make.identity(qp_in, (), qp_out)
-            kind = "an identity" if identity else "a rescale"
             producer = [graph.nodes[r] for r in dq.refs if r in graph.nodes]
-            yield make.make(
-                "QL004", f"dequantize -> quantize with nothing between ({kind} done in fp32): {qp_in} -> {qp_out}",
-                (q, dq, *producer), identity=identity, input_qparams=_qp_dict(qp_in),
-                output_qparams=_qp_dict(qp_out), graph_nodes={dq.name: dq.numel, q.name: 0},
-            )
+            message, details = builders.requantize(qp_in, qp_out, make.identity(qp_in, (), qp_out),
+                                                   {dq.name: dq.numel, q.name: 0})
+            yield make.make("QL004", message, (q, dq, *producer), **details)
 
 
 def lint_static(data: bytes, artifact: str, config: Config) -> tuple[list[Finding], ArtifactStats]:
