@@ -17,12 +17,12 @@ from qlint.rules.catalog import load_catalog, render_rule  # noqa: E402
 def render() -> str:
     catalog = load_catalog()
     index = "\n".join(f"| [{r.code}](#{r.name}-{r.code.lower()}) | {r.name} | {r.default_severity} | "
-                      f"{'yes' if r.fixable else 'no'} | {r.summary} |" for r in catalog.values())
+                      f"{r.fix_text} | {r.summary} |" for r in catalog.values())
     pages = "\n".join(render_rule(r).replace("# ", "## ", 1).replace("\n## ", "\n### ") for r in catalog.values())
     return (
         "# Rules\n\n"
         "<!-- Generated from rules/*.yaml by scripts/render_docs.py; do not edit. -->\n\n"
-        "| code | name | default severity | fixable | summary |\n|---|---|---|---|---|\n"
+        "| code | name | default severity | fix | summary |\n|---|---|---|---|---|\n"
         f"{index}\n\n{pages}"
     )
 

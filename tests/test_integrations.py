@@ -232,6 +232,26 @@ def test_wheel_installs_with_the_action_into_a_fresh_venv(tmp_path: Path) -> Non
     assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["QL001", "QL004", "QL005"]
 
 
+def test_editable_install_is_quiet_and_ships_the_catalog(tmp_path: Path) -> None:
+    """`pip install -e .` uses a plain .pth file: no setuptools box about folders named like the
+    package (its meta-path finder, which a package-dir mapping of the catalog used to force), and
+    the catalog is the repository's rules/ through the qlint/_rules link."""
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True, system_site_packages=True)
+    python = str(env_dir / "bin" / "python")
+    install = subprocess.run([python, "-m", "pip", "install", "--verbose", "--no-deps", "-e", str(ROOT)],
+                             capture_output=True, text=True, check=False)
+    assert install.returncode == 0, install.stderr[-2000:]
+    said = install.stdout + install.stderr
+    assert "InformationOnly" not in said and "same\n" not in said and "Please be careful" not in said
+    assert "Deprecat" not in said
+    where = subprocess.run(
+        [python, "-c", "import qlint.rules.catalog as c, importlib.resources as r; "
+                       "print(len(c.load_catalog()), r.files('qlint._rules').joinpath('QL001.yaml').read_text()[:11])"],
+        cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert where.split("\n")[0] == "8 code: QL001"
+
+
 def run_step(step: dict, inputs: dict[str, str], workspace: Path, tmp: Path, path: str | None = None
              ) -> tuple[subprocess.CompletedProcess[str], dict[str, str], str]:
     """Run one composite step's shell the way a runner would, with `${{ ... }}` expanded

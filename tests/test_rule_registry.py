@@ -13,8 +13,8 @@ import qlint.graph.regions
 import qlint.graph.rules
 from qlint.api import fix
 from qlint.graph.lint import lint_program
-from qlint.rules.catalog import load_catalog
-from qlint.rules.table import RULES, Scope, enabled_rules
+from qlint.rules.catalog import enabled_rules, load_catalog, render_rule
+from qlint.rules.table import TABLE, Applicability, Availability, Scope, static_codes
 from qlint.settings.config import Config
 
 
@@ -53,17 +53,41 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return counts
 
 
-def test_every_catalog_rule_has_exactly_one_registered_function() -> None:
-    import qlint.report.suppressions  # noqa: F401  (registers QL006)
+def test_the_rule_table_names_one_function_per_tier_for_every_catalog_rule() -> None:
+    import qlint.report.suppressions
+    import qlint.static.tier
 
-    assert sorted(RULES) == sorted(load_catalog())
-    assert {code: RULES[code].scope for code in RULES} == {
+    catalog = load_catalog()
+    assert [row.code for row in TABLE] == sorted(catalog) == sorted(load_catalog())
+    assert {code: rule.scope for code, rule in catalog.items()} == {
         "QL001": Scope.REGION, "QL002": Scope.REGION, "QL003": Scope.LOWERING,
         "QL004": Scope.REGION, "QL005": Scope.PROGRAM, "QL006": Scope.REPORT, "QL007": Scope.PROGRAM,
         "QL008": Scope.REGION,
     }
-    with pytest.raises(RuntimeError, match="QL001 registered twice"):
-        qlint.rules.table.rule("QL001", Scope.REGION)(lambda context, region: None)
+    assert catalog["QL001"].function() is qlint.graph.rules.constant_scale
+    assert catalog["QL006"].function() is qlint.report.suppressions.unused_suppressions
+    assert catalog["QL004"].function("static") is qlint.static.tier.requantize_findings
+    assert static_codes() == ("QL001", "QL004")
+    for rule in catalog.values():
+        assert callable(rule.function()), rule.code
+    with pytest.raises(LookupError, match="QL003 has no static-tier function"):
+        catalog["QL003"].function("static")
+    # A function the table names exists nowhere else: no rule is registered twice or by a side door.
+    names = [row.full for row in TABLE] + [row.static for row in TABLE if row.static]
+    assert len(names) == len(set(names))
+
+
+def test_fix_applicability_is_the_tables() -> None:
+    catalog = load_catalog()
+    assert {code: (r.applicability, r.availability) for code, r in catalog.items()} == {
+        "QL001": (Applicability.SAFE, Availability.SOMETIMES), "QL002": (Applicability.SAFE, Availability.SOMETIMES),
+        "QL003": (Applicability.NONE, Availability.NONE), "QL004": (Applicability.SAFE, Availability.SOMETIMES),
+        "QL005": (Applicability.NONE, Availability.NONE), "QL006": (Applicability.NONE, Availability.NONE),
+        "QL007": (Applicability.UNSAFE, Availability.SOMETIMES),
+        "QL008": (Applicability.SAFE, Availability.SOMETIMES),
+    }
+    assert catalog["QL001"].fix_text == "safe, sometimes available" and catalog["QL005"].fix_text == "none"
+    assert "Fix: safe, sometimes available." in render_rule(catalog["QL001"])
 
 
 def test_enabled_rules_follow_select_and_ignore() -> None:

@@ -405,11 +405,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         paths, targets = [Path(".")], [] if args.static else list(config.targets)
     if args.static:
-        from qlint.static.tier import RULES
+        from qlint.rules.table import static_codes
 
-        _say(f"qlint: static tier: {' and '.join(RULES)} from the graph of each .pt2, without lowering (an island "
-             "whose constant it cannot compute: undecided); QL002, QL003, QL005, QL007, QL008, config targets, "
-             ".pte files and fixes need `qlint check`")
+        _say(f"qlint: static tier: {' and '.join(static_codes())} from the graph of each .pt2, without lowering "
+             "(an island whose constant it cannot compute: undecided); QL002, QL003, QL005, QL007, QL008, "
+             "config targets, .pte files and fixes need `qlint check`")
     report = engine.run(
         paths, targets, config, options, cache, jobs=args.jobs, shard=args.shard, progress=_progress_bar(args)
     )

@@ -1,8 +1,8 @@
 """The rules QL001-QL005, QL007 and QL008: one program's regions, fold plans, coverage and validity into findings.
 
-Each rule registers its code with the function that produces its findings;
-`run_rules` asks the registry first, so a deselected rule's analysis (island
-classification, exhaustive evaluation, fold planning) never runs.
+The rule table (`qlint.rules.table`) names each code's function here; `run_rules` asks it which
+rules are enabled first, so a deselected rule's analysis (island classification, exhaustive
+evaluation, fold planning) never runs.
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ from qlint.graph.validity import Invalid, find_invalid
 from qlint.graph.view import GraphView, is_float, numel, op_name
 from qlint.rules import builders
 from qlint.rules.builders import Term
+from qlint.rules.catalog import enabled_rules, load_catalog
 from qlint.rules.records import ArtifactStats, Finding, Location, shapes_elided
 from qlint.rules.source import locate, module_path
-from qlint.rules.table import RULES, Scope, enabled_rules, rule
+from qlint.rules.table import Scope
 from qlint.settings.config import Config
 
 
@@ -127,7 +128,6 @@ def lowering_message(exc: LoweringError, verbose: bool = False) -> str:
     return message
 
 
-@rule("QL003", Scope.LOWERING)
 def lowering_failed(context: Context) -> list[Finding]:
     exc = context.failure
     assert exc is not None
@@ -140,7 +140,6 @@ def _terms(scale: ScaleIsland) -> list[Term]:
     return [Term(s.op, s.constant.name, s.constant.kind, s.constant.numel, s.value) for s in scale.steps]
 
 
-@rule("QL001", Scope.REGION)
 def constant_scale(context: Context, region: Region) -> Finding:
     scale = region.scale
     assert scale is not None
@@ -153,7 +152,6 @@ def constant_scale(context: Context, region: Region) -> Finding:
     return context.make.make("QL001", message, (region.anchor, *island.nodes), context.fixable(region), **details)
 
 
-@rule("QL002", Scope.REGION)
 def fp32_island(context: Context, region: Region) -> Finding:
     island = region.island
     elements = fp32_elements(context.view, island)
@@ -169,7 +167,6 @@ def fp32_island(context: Context, region: Region) -> Finding:
     )
 
 
-@rule(CONSTANT_CODE, Scope.REGION)
 def constant_subgraph(context: Context, region: Region) -> Finding:
     island, constant = region.island, region.constant
     assert constant is not None
@@ -191,7 +188,6 @@ def constant_subgraph(context: Context, region: Region) -> Finding:
     )
 
 
-@rule("QL004", Scope.REGION)
 def requantize(context: Context, region: Region) -> Finding:
     view, dq, q = context.view, region.island.inputs[0], region.anchor
     qp_in, qp_out = view.qparams(dq), view.qparams(q)
@@ -202,7 +198,6 @@ def requantize(context: Context, region: Region) -> Finding:
     return context.make.make("QL004", message, (q, dq, *dq.all_input_nodes), context.fixable(region), **details)
 
 
-@rule("QL005", Scope.PROGRAM)
 def low_coverage(context: Context) -> list[Finding]:
     config, cov = context.make.config, context.coverage
     if cov.ratio >= config.coverage_threshold:
@@ -260,7 +255,6 @@ def invalid_message(invalid: Invalid) -> str:
     )
 
 
-@rule("QL007", Scope.PROGRAM)
 def lowered_program_invalid(context: Context) -> list[Finding]:
     if context.failure is not None or not context.view.lowered:
         return []  # the quantized program QL003 falls back on is not meant to run on the device
@@ -306,17 +300,18 @@ def run_rules(
     `evaluations` carries exhaustive evaluations over from an earlier analysis of
     the same graph (the fixed program keeps the nodes it did not fold).
     """
+    catalog = load_catalog()
     region_codes = {r.code for r in enabled_rules(Scope.REGION, config)}
     analysis = analyse(view, config, region_codes, evaluations)
     context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose)
     findings: list[Finding] = []
     if failure is not None:
         for lowering_rule in enabled_rules(Scope.LOWERING, config):
-            findings.extend(lowering_rule.function(context))
+            findings.extend(lowering_rule.function()(context))
     for region in analysis.regions:
-        findings.append(RULES[region.code].function(context, region))
+        findings.append(catalog[region.code].function()(context, region))
     for program_rule in enabled_rules(Scope.PROGRAM, config):
-        findings.extend(program_rule.function(context))
+        findings.extend(program_rule.function()(context))
     cov = context.coverage
     stats = ArtifactStats(
         artifact=artifact,

@@ -12,8 +12,9 @@ from collections import Counter
 from pathlib import Path
 
 from qlint.io.reads import ReadError, printable, read_input
+from qlint.rules.catalog import enabled_rules
 from qlint.rules.records import Finding, Location, Report
-from qlint.rules.table import Scope, rule
+from qlint.rules.table import Scope
 from qlint.settings.config import Config
 
 BASELINE_MAX_BYTES = 16 << 20
@@ -69,12 +70,11 @@ def apply_suppressions(report: Report, config: Config) -> None:
                 used.add((location.file, location.line))
                 continue
         kept.append(finding)
-    if config.enabled("QL006"):
-        kept.extend(unused_suppressions(config, sources, files, used))
+    for rule in enabled_rules(Scope.REPORT, config):
+        kept.extend(rule.function()(config, sources, files, used))
     report.findings = kept
 
 
-@rule("QL006", Scope.REPORT)
 def unused_suppressions(
     config: Config, sources: _Sources, files: dict[str, str], used: set[tuple[str, int]]
 ) -> list[Finding]:

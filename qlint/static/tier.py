@@ -38,7 +38,6 @@ from qlint.settings.config import Config, ConstantKind
 from qlint.settings.guards import blocked_guards
 from qlint.static.float32 import binary, dequantize, f32, is_identity, quantize
 
-RULES = ("QL001", "QL004")
 DQ = "quantized_decomposed.dequantize_per_tensor.default"
 Q = "quantized_decomposed.quantize_per_tensor.default"
 # A chain of one tensor in, one out (the walk of an island before lowering): no join, fork or cast.
