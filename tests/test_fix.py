@@ -204,7 +204,7 @@ def test_sam_memory_plot_draws_the_reported_plan(sam_fixed: tuple[dict[str, Any]
     from qlint.graph.pte import lint_pte
     from qlint.settings.config import Config
 
-    shipped = lint_pte(pte.read_bytes(), "sam.pte", Config()).memory
+    [shipped] = lint_pte(pte.read_bytes(), "sam.pte", Config()).memory
     assert shipped is not None and shipped.arena_bytes == summary["activation_bytes"][1]
     assert (shipped.peak.bytes, shipped.peak.fp32_bytes) == (peaks[1].bytes, peaks[1].fp32_bytes) == (5248, 4736)
     svg = (pte.parent.parent / "memory.svg").read_text()

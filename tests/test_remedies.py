@@ -292,7 +292,7 @@ def test_the_api_builds_remedies_folds_and_returns_a_verified_pte() -> None:
     assert [o.status for o in built.report.outcomes] == [RemedyStatus.KEPT]
     assert built.example_inputs[0].is_contiguous(memory_format=torch.channels_last)
     assert built.fixed.summary.verified_inputs > 0
-    stats = lint_pte(built.pte, "built.pte", Config()).stats
+    [stats] = lint_pte(built.pte, "built.pte", Config()).stats
     assert stats.coverage == 1.0 and stats.fp32_elements == 0
 
 

@@ -55,7 +55,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
 def test_the_rule_table_names_one_function_per_tier_for_every_catalog_rule() -> None:
     import qlint.report.suppressions
-    import qlint.static.tier
+    import qlint.static.rules
 
     catalog = load_catalog()
     assert [row.code for row in TABLE] == sorted(catalog) == sorted(load_catalog())
@@ -66,7 +66,7 @@ def test_the_rule_table_names_one_function_per_tier_for_every_catalog_rule() -> 
     }
     assert catalog["QL001"].function() is qlint.graph.rules.constant_scale
     assert catalog["QL006"].function() is qlint.report.suppressions.unused_suppressions
-    assert catalog["QL004"].function("static") is qlint.static.tier.requantize_findings
+    assert catalog["QL004"].function("static") is qlint.static.rules.requantize_findings
     assert static_codes() == ("QL001", "QL004")
     for rule in catalog.values():
         assert callable(rule.function()), rule.code

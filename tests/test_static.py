@@ -17,7 +17,7 @@ from conftest import ROOT
 from examples.zoo import ZOO
 from qlint.settings.config import Config, FoldGuards
 from qlint.static.float32 import island_outputs
-from qlint.static.tier import lint_static
+from qlint.static.rules import lint_static
 
 HAND_MADE = [
     "make_attention", "make_attention_mul", "make_multi_head", "make_pool", "make_constant_first",
@@ -55,7 +55,8 @@ def test_static_findings_equal_the_full_checks(name: str, linted: Callable[..., 
     """Decided findings equal to the letter; an undecided one (a constant the static tier cannot
     compute) agrees with the full check's finding on the same island of the same code, whatever its
     identity verdict."""
-    static, stats = lint_static(pt2_dir(name).read_bytes(), name, Config())
+    checked = lint_static(pt2_dir(name).read_bytes(), name, Config())
+    static, [stats] = checked.findings, checked.stats
     undecided = sorted(island(f) for f in static if f.details["identity"] is None)
     full = [f for f in linted(name).findings
             if f.code in ("QL001", "QL004") or f.code == "QL002" and island(f) in undecided]
@@ -156,7 +157,8 @@ def test_a_deep_graph_is_read_without_recursion_and_a_cycle_is_refused() -> None
     nodes = program["graph_module"]["graph"]["nodes"]
     chain = [unary("aten.neg.default", f"n{i}", f"n{i - 1}" if i else "b__tensor_constant0") for i in range(10_000)]
     nodes[:0] = chain
-    findings, stats = lint_static(archive_with(entries, model, program), "crafted.pt2", Config())
+    checked = lint_static(archive_with(entries, model, program), "crafted.pt2", Config())
+    findings, [stats] = checked.findings, checked.stats
     assert [f.code for f in findings] == ["QL001", "QL004"] and stats.nodes == len(nodes)
     nodes[:0] = [unary("aten.neg.default", "loop_a", "loop_b"), unary("aten.neg.default", "loop_b", "loop_a")]
     with pytest.raises(ReadError, match="^corrupt models/model.json: node 'loop_a' reads 'loop_b', which no "
@@ -247,7 +249,7 @@ def test_a_constant_the_static_tier_cannot_compute_leaves_the_island_undecided()
     div["inputs"][1]["arg"] = {"as_tensor": {"name": "root"}}
     graph["nodes"].insert(graph["nodes"].index(div), unary("aten.sqrt.default", "root", "b__tensor_constant0"))
     graph["tensor_values"]["root"] = dict(graph["tensor_values"]["b__tensor_constant0"])
-    [scale, pair] = lint_static(archive_with(entries, model, program), "crafted.pt2", Config())[0]
+    [scale, pair] = lint_static(archive_with(entries, model, program), "crafted.pt2", Config()).findings
     assert (scale.code, scale.details["identity"], scale.details["factor"], pair.details["identity"]) == (
         "QL001", None, None, False)
     assert scale.details["undecided"] == ("root (computed) is computed in the graph with aten.sqrt.default from "
@@ -258,11 +260,12 @@ def test_a_constant_the_static_tier_cannot_compute_leaves_the_island_undecided()
 
     graph["tensor_values"]["root"]["sizes"] = [{"as_int": 1}, {"as_int": 1}, {"as_int": 8}]
     crafted = archive_with(entries, model, program)
-    [island, _], stats = lint_static(crafted, "crafted.pt2", Config(fold=FoldGuards(max_elements=8)))
+    checked = lint_static(crafted, "crafted.pt2", Config(fold=FoldGuards(max_elements=8)))
+    [island, _], [stats] = checked.findings, checked.stats
     assert (island.code, island.details["identity"], stats.fp32_islands) == ("QL002", None, 1)
     assert island.details["reason"].startswith("undecided: root (computed, 8 elements) is computed in the graph")
     assert "QL001 if it holds one value" in island.message
-    assert [f.code for f in lint_static(crafted, "crafted.pt2", Config())[0]] == ["QL004"]
+    assert [f.code for f in lint_static(crafted, "crafted.pt2", Config()).findings] == ["QL004"]
 
 
 @pytest.mark.slow
@@ -273,7 +276,7 @@ def test_levit_attention_biases_are_computed_as_initialized_and_undecided_once_t
     (all zero) a gather of one value is that value: decided. Trained, they differ by offset, and the
     island is reported undecided with the op and the tensors it gathers from."""
     def island_of(name: str) -> Any:
-        [found] = [f for f in lint_static(pt2_dir(name).read_bytes(), name, Config())[0] if f.code != "QL004"]
+        [found] = [f for f in lint_static(pt2_dir(name).read_bytes(), name, Config()).findings if f.code != "QL004"]
         return found
 
     untrained, trained = island_of("make_levit_attention"), island_of("make_levit_attention_trained")

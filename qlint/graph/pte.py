@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import operator as pyop
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
 from types import SimpleNamespace
 from typing import Any
@@ -30,7 +29,7 @@ from typing import Any
 from qlint.graph import stack
 from qlint.io.limits import Limits
 from qlint.io.reads import ReadError
-from qlint.rules.records import ArtifactStats, Finding, PlanMemory
+from qlint.rules.records import PlanMemory, Report
 from qlint.settings.config import Config
 
 # ExecuTorch's ScalarType codes (executorch/exir/scalar_type.py) that a quantized program holds.
@@ -518,21 +517,15 @@ def _read(program: Any, budget: _Budget) -> tuple[Any, _PlanReader]:
     return GraphView(shim, trusted_shapes=True, graph_id=str(reader.plan.name)), reader
 
 
-@dataclass
-class LintedPte:
-    findings: list[Finding]
-    stats: ArtifactStats
-    memory: PlanMemory | None   # the shipped memory plan, live bytes at every instruction
-
-
-def lint_pte(data: bytes, artifact: str, config: Config) -> LintedPte:
+def lint_pte(data: bytes, artifact: str, config: Config) -> Report:
     """Run the rules on the program a `.pte` ships (already lowered: nothing to lower)."""
     from qlint.graph.rules import run_rules
 
     budget = _Budget(config.limits)  # what the file declares, then what its instructions read
     view, reader = _read(_load(data, budget), budget)
     linted = run_rules(view, artifact, config)
-    return LintedPte(linted.findings, linted.stats, reader.memory(artifact))
+    memory = reader.memory(artifact)
+    return Report(findings=linted.findings, stats=[linted.stats], memory=[memory] if memory is not None else [])
 
 
-__all__ = ["LintedPte", "ReadError", "lint_pte", "load_pte", "program_view"]
+__all__ = ["ReadError", "lint_pte", "load_pte", "program_view"]

@@ -55,13 +55,13 @@ class Row:
 
 _S, _N = Applicability.SAFE, Applicability.NONE
 TABLE: tuple[Row, ...] = (
-    Row("QL001", Scope.REGION, "qlint.graph.rules:constant_scale", "qlint.static.tier:scale_finding",
+    Row("QL001", Scope.REGION, "qlint.graph.rules:constant_scale", "qlint.static.rules:scale_finding",
         _S, Availability.SOMETIMES),
     # The static tier reports a QL002 only where an island's constant it cannot compute decides between
     # QL001 and QL002 (from `scale_finding`); every other fp32 island needs lowering.
     Row("QL002", Scope.REGION, "qlint.graph.rules:fp32_island", None, _S, Availability.SOMETIMES),
     Row("QL003", Scope.LOWERING, "qlint.graph.rules:lowering_failed", None, _N, Availability.NONE),
-    Row("QL004", Scope.REGION, "qlint.graph.rules:requantize", "qlint.static.tier:requantize_findings",
+    Row("QL004", Scope.REGION, "qlint.graph.rules:requantize", "qlint.static.rules:requantize_findings",
         _S, Availability.SOMETIMES),
     Row("QL005", Scope.PROGRAM, "qlint.graph.rules:low_coverage", None, _N, Availability.NONE),
     Row("QL006", Scope.REPORT, "qlint.report.suppressions:unused_suppressions", None, _N, Availability.NONE),

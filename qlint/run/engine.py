@@ -192,13 +192,12 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Any = None
 
 def lint_static_bytes(data: bytes, artifact: str, config: Config) -> Report:
     """The static tier on the bytes of a `.pt2`: in this process, torch never imported."""
-    from qlint.static.tier import lint_static
+    from qlint.static.rules import lint_static
 
     try:
-        findings, stats = lint_static(data, artifact, config)
+        return lint_static(data, artifact, config)
     except (ReadError, OverflowError) as exc:
         return Report(errors=[InputError(artifact, input_problem(exc))])
-    return Report(findings=findings, stats=[stats])
 
 
 def input_problem(exc: ReadError | OverflowError) -> str:
@@ -218,12 +217,7 @@ def lint_bytes(path: Path, data: bytes, artifact: str, config: Config, options: 
         if path.suffix == ".pte":
             from qlint.graph.pte import lint_pte
 
-            linted = lint_pte(data, artifact, config)
-            report.findings.extend(linted.findings)
-            report.stats.append(linted.stats)
-            if linted.memory is not None:
-                report.memory.append(linted.memory)
-            return report
+            return lint_pte(data, artifact, config)
         from qlint.graph.readers import read_pt2, sample_inputs
 
         program = read_pt2(data, config.limits)

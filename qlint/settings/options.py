@@ -32,7 +32,7 @@ class RunOptions:
     order: LoweringOrder = LoweringOrder.REPAIRED
     verbose: bool = False   # full tracebacks in QL003 messages and errors
     fix: FixOptions | None = None
-    static: bool = False    # --static: QL001/QL004 from the graph JSON, no torch (`qlint.static.tier`)
+    static: bool = False    # --static: QL001/QL004 from the graph JSON, no torch (`qlint.static`)
 
     def cache_key(self) -> dict[str, Any]:
         """Every field, so a report cached under other options is never reused."""

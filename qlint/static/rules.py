@@ -1,0 +1,296 @@
+"""The static tier's rules (`qlint check --static`): QL001 and QL004 on a `.pt2`'s program, no torch.
+
+A constant scale island is visible before lowering: a dequantize, `div`/`mul` (and `add`/`sub`) by
+a constant the quantizer left unquantized, then quantize nodes of one qparams; a requantize pair is
+a dequantize feeding a quantize. The identity verdict is computed in emulated float32
+(`qlint.static.float32`). An island whose constant the tier cannot compute (an op it does not
+evaluate, such as `aten.index` of a trained bias) is still reported, its verdict undecided
+(`identity: None`), never guessed: as QL001 when the constant has one element; with several, only
+whether they are equal decides between QL001 and QL002, so as the fp32 island it is (QL002).
+Everything else that needs lowering (QL002, QL003, QL005, QL007, folds) is left to the full check.
+What a finding says comes from `qlint.rules.builders`, as the full check's does;
+`tests/test_static.py` holds the two tiers to the same findings on every `.pt2` of the test suite.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from qlint.io.archive import MODEL, parse_pt2
+from qlint.io.reads import ReadError
+from qlint.io.wellformed import QUANT_RANGES
+from qlint.rules import builders
+from qlint.rules.builders import RUN_FULL, Term
+from qlint.rules.ops import OFFSET_OPS, SCALE_OPS
+from qlint.rules.qparams import QParams
+from qlint.rules.records import ArtifactStats, Finding, Location, Report
+from qlint.rules.source import locate
+from qlint.settings.config import Config
+from qlint.settings.guards import blocked_guards
+from qlint.static.float32 import is_identity
+from qlint.static.program import (
+    CASTS,
+    DQ,
+    SHAPE_OPS,
+    Q,
+    Ref,
+    StaticConstant,
+    StaticGraph,
+    StaticNode,
+    Uniform,
+    Unknown,
+    qparams,
+)
+
+Step = tuple[StaticNode, str, StaticConstant, float | None]   # node, op, constant, its value (None: unknown)
+
+
+@dataclass
+class ScaleChain:
+    dq: StaticNode
+    nodes: list[StaticNode]                   # the island: affine ops and the shape ops between
+    steps: list[Step]
+    outputs: list[StaticNode]                 # the quantize nodes it ends in
+
+    @property
+    def unknown(self) -> list[StaticConstant]:
+        """The constants the tier cannot compute: while there are any, the identity is undecided."""
+        return [c for _, _, c, value in self.steps if value is None]
+
+    @property
+    def code(self) -> str:
+        """QL001, or QL002 when an unknown constant has several elements: whether they are equal
+        decides between the two (`analysis._step`), and the tier claims no constant scale it cannot show."""
+        return "QL002" if any(c.numel != 1 for c in self.unknown) else "QL001"
+
+
+def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleChain | None:
+    """The constant scale island through `start`, an affine op with one constant operand; None
+    where the full check calls the island QL002 whatever the value of a constant the tier cannot
+    compute (`analysis.classify`)."""
+    dq_side = _runtime_operand(graph, start)
+    if dq_side is None or _quantized_constant(graph, start, dq_side):
+        return None
+    before: list[StaticNode] = []
+    source = graph.nodes.get(dq_side.name)
+    while source is not None and source.op != DQ:
+        if source.base not in SHAPE_OPS or len(source.users) != 1:
+            return None
+        before.append(source)
+        source = graph.nodes.get(source.refs[0]) if source.refs else None
+    end = _island_end(graph, start)
+    if source is None or end is None:
+        return None
+    nodes = [*reversed(before), start]
+    current = start
+    while current is not end:
+        current = current.users[0]
+        nodes.append(current)
+    steps = [_step(graph, node, max_elements) for node in nodes if node.base not in SHAPE_OPS]
+    if None in steps:
+        return None
+    return ScaleChain(source, nodes, steps, list(current.users))  # type: ignore[arg-type]
+
+
+def _island_end(graph: StaticGraph, start: StaticNode) -> StaticNode | None:
+    """The last op of the island through `start`, the one whose users are all quantize nodes;
+    None when the path forks or reaches another op first. Each node's answer is kept, so a long
+    chain is walked once whatever the number of ops on it that start an island."""
+    path: list[StaticNode] = []
+    current, end = start, None
+    while True:
+        if current in graph.island_ends:
+            end = graph.island_ends[current]
+            break
+        path.append(current)
+        if all(user.op == Q for user in current.users):
+            end = current if current.users else None
+            break
+        following = current.users[0] if len(current.users) == 1 else None
+        if following is None or following.base not in SHAPE_OPS and (
+                following.base not in SCALE_OPS | OFFSET_OPS or _runtime_operand(graph, following) is None):
+            break
+        current = following
+    for node in path:
+        graph.island_ends[node] = end
+    return end
+
+
+def _step(graph: StaticGraph, node: StaticNode, max_elements: int) -> Step | None:
+    """One `x op c` of a scale island (`analysis._step`), or None where it makes the island QL002."""
+    operand = next(a for a in node.args[:2] if not graph.is_runtime(a))
+    constant = graph.constant(operand)
+    if constant is None or constant.value is None or node.kwargs.get("alpha", 1) != 1:
+        return None
+    if node.base in ("div", "sub") and node.args[1] is not operand:
+        return None  # a constant-first division is no scale
+    if node.base in SCALE_OPS and constant.numel > max_elements:
+        return None  # a per-channel constant, even when all its channels hold one value
+    value = constant.value.value if isinstance(constant.value, Uniform) else None
+    if node.base in SCALE_OPS and value is not None and (value == 0.0 or not math.isfinite(value)):
+        return None
+    return node, node.base, constant, value
+
+
+def _runtime_operand(graph: StaticGraph, node: StaticNode) -> Ref | None:
+    """The one runtime operand of a binary op whose other operand is constant."""
+    operands = node.args[:2]
+    runtime = [a for a in operands if graph.is_runtime(a)]
+    if len(operands) != 2 or len(runtime) != 1:
+        return None
+    return runtime[0]
+
+
+def _quantized_constant(graph: StaticGraph, node: StaticNode, runtime: Ref) -> bool:
+    """The quantizer annotated the op: its constant operand is dequantized like its activation,
+    so lowering makes it an integer kernel."""
+    other = node.args[1] if node.args[0] is runtime else node.args[0]
+    return isinstance(other, Ref) and other.name in graph.nodes and graph.nodes[other.name].op == DQ
+
+
+def scale_chains(graph: StaticGraph, max_elements: int = 1) -> list[ScaleChain]:
+    seen: set[str] = set()
+    chains = []
+    for node in graph.order:
+        if node.name in seen or node.base not in SCALE_OPS | OFFSET_OPS or node.op.startswith("quantized"):
+            continue
+        chain = _chain(graph, node, max_elements)
+        if chain is None or not any(s[1] in SCALE_OPS for s in chain.steps):
+            continue
+        seen.update(n.name for n in chain.nodes)
+        chains.append(chain)
+    return chains
+
+
+# Integers the identity verdicts of one program may evaluate (4,096 distinct int16 islands, about a
+# second): a crafted program of tens of thousands of distinct int16 pairs would otherwise hold the
+# in-process tier for minutes.
+MAX_EVALUATED_INTEGERS = 1 << 28
+
+
+class _Findings:
+    def __init__(self, artifact: str, config: Config) -> None:
+        self.artifact, self.config = artifact, config
+        self.decided: set[tuple[QParams, tuple[tuple[str, float], ...], QParams]] = set()
+        self.evaluated = 0  # input integers the distinct verdicts so far cost
+
+    def identity(self, qp_in: QParams, steps: tuple[tuple[str, float], ...], qp_out: QParams) -> bool:
+        """`exact.is_identity`, within the program's evaluation budget (a ReadError past it)."""
+        if (qp_in, steps, qp_out) not in self.decided:
+            self.decided.add((qp_in, steps, qp_out))
+            low, high = QUANT_RANGES[qp_in.dtype]
+            self.evaluated += high - low + 1
+            if self.evaluated > MAX_EVALUATED_INTEGERS:
+                raise ReadError(f"more distinct islands than the static tier evaluates ({MAX_EVALUATED_INTEGERS} "
+                                "input integers in all); use the full check")
+        return is_identity(qp_in, steps, qp_out)
+
+    def location(self, *nodes: StaticNode) -> Location | None:
+        for node in nodes:
+            found = locate(node.stack_trace, self.config.root)
+            if found:
+                return found
+        return None
+
+    def make(self, code: str, message: str, nodes: tuple[StaticNode, ...], **details: Any) -> Finding:
+        return Finding(code=code, severity=self.config.severity(code), message=message, artifact=self.artifact,
+                       node=nodes[0].name, location=self.location(*nodes), fixable=False, details=details)
+
+
+def scale_finding(make: _Findings, graph: StaticGraph, chain: ScaleChain, config: Config) -> Finding | None:
+    """The island's QL001 finding, or its QL002 one when a constant the tier cannot compute decides
+    between the two; None when its outputs are not one per-tensor quantize or its rule is off."""
+    qp_in = qparams(chain.dq)
+    outs = {qparams(o) for o in chain.outputs}
+    if qp_in is None or len(outs) != 1 or None in outs or not config.enabled(chain.code):
+        return None
+    qp_out: QParams = outs.pop()  # type: ignore[assignment]
+    nodes = _fp32_nodes(graph, chain)
+    anchor = next(n for n in chain.nodes if n.base not in SHAPE_OPS)
+    ops = [n.op for n in chain.nodes if n.base not in SHAPE_OPS]
+    shared = {"ops": ops, "fp32_elements": sum(nodes.values()), "graph_nodes": nodes}
+    if chain.unknown:
+        shared["undecided"] = _undecided(chain)
+    if chain.code == "QL002":
+        reason = (f"undecided: {_undecided(chain)}; QL001 if it holds one value (its identity verdict undecided), "
+                  f"QL002 if it differs by position: {RUN_FULL}")
+        message = f"fp32 island ({', '.join(ops)}), {sum(nodes.values())} fp32 elements per inference: {reason}"
+        return make.make("QL002", message, (anchor, *chain.nodes), reason=reason, identity=None, **shared)
+    steps = tuple((op, value) for _, op, _, value in chain.steps if value is not None)
+    identity = None if chain.unknown else make.identity(qp_in, steps, qp_out)
+    blocked = blocked_guards(config.fold, qp_in, [c.kind for _, _, c, _ in chain.steps], qp_out)
+    message, details = builders.constant_scale(
+        ops, _terms(chain), qp_in, qp_out, identity, blocked, sum(nodes.values()), nodes,
+        _undecided(chain) if chain.unknown else None)
+    return make.make("QL001", message, (anchor, *chain.nodes), **details)
+
+
+def _terms(chain: ScaleChain) -> list[Term]:
+    return [Term(op, c.name, c.kind, c.numel, value) for _, op, c, value in chain.steps]
+
+
+def _fp32_nodes(graph: StaticGraph, chain: ScaleChain) -> dict[str, int]:
+    """As the full check counts them: every dequantized input (a dequantized constant too), the
+    island's own outputs, and the quantize nodes it ends in with none."""
+    dequantized = [graph.nodes[r] for n in chain.nodes for r in n.refs
+                   if r in graph.nodes and graph.nodes[r].op == DQ]
+    return {**{d.name: d.numel for d in dequantized}, **{n.name: n.numel for n in chain.nodes},
+            **{o.name: 0 for o in chain.outputs}}
+
+
+def _undecided(chain: ScaleChain) -> str:
+    """The constants the tier cannot compute, and what computes them: what the full check evaluates."""
+    return "; ".join(f"{Term('', c.name, c.kind, c.numel, None)} {c.value.why}" for c in chain.unknown
+                     if isinstance(c.value, Unknown))
+
+
+def _past_casts(node: StaticNode) -> StaticNode:
+    """`node`, or the op after a chain of float32 -> float32 casts from it: `to_edge` drops those."""
+    while node.base in CASTS - {"clone"} and node.dtype == "float32" and len(node.users) == 1:
+        node = node.users[0]
+    return node
+
+
+def requantize_findings(make: _Findings, graph: StaticGraph) -> Iterator[Finding]:
+    for dq in graph.order:
+        if dq.op != DQ or not dq.refs or not graph.is_runtime(Ref(dq.refs[0])):
+            continue
+        for q in [_past_casts(user) for user in dq.users]:
+            qp_in, qp_out = qparams(dq), qparams(q)
+            if q.op != Q or qp_in is None or qp_out is None:
+                continue
+            producer = [graph.nodes[r] for r in dq.refs if r in graph.nodes]
+            message, details = builders.requantize(qp_in, qp_out, make.identity(qp_in, (), qp_out),
+                                                   {dq.name: dq.numel, q.name: 0})
+            yield make.make("QL004", message, (q, dq, *producer), **details)
+
+
+def lint_static(data: bytes, artifact: str, config: Config) -> Report:
+    """QL001 and QL004 of a `.pt2`, and the QL002 islands it cannot decide, read from its graph JSON
+    (the hardened archive reader)."""
+
+    archive = parse_pt2(data, config.limits)
+    # The archive reader checked the program's shape, not every field's type: a crafted field
+    # that breaks the reading is a corrupt file, reported in one line.
+    try:
+        graph = StaticGraph(archive)
+        make = _Findings(artifact, config)
+        findings: list[Finding] = []
+        islands = config.enabled("QL001") or config.enabled("QL002")
+        chains = scale_chains(graph, config.fold.max_elements) if islands else []
+        for chain in chains:
+            found = scale_finding(make, graph, chain, config)
+            if found is not None:
+                findings.append(found)
+        if config.enabled("QL004"):
+            findings.extend(requantize_findings(make, graph))
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError, OverflowError) as exc:
+        raise ReadError(f"corrupt {MODEL}: {type(exc).__name__} while reading its graph") from None
+    islands_found = [f for f in findings if f.code != "QL004"]
+    stats = ArtifactStats(artifact=artifact, nodes=len(graph.order), fp32_islands=len(islands_found),
+                          fp32_elements=sum(int(f.details["fp32_elements"]) for f in islands_found),
+                          coverage=1.0, lowered=False, static=True)
+    return Report(findings=findings, stats=[stats])
