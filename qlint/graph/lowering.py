@@ -134,7 +134,8 @@ def needs_repair(program: Any) -> bool:
     The crash needs an `aten.linear` whose output reaches a batch matmul
     through shape ops and quantize/dequantize nodes only.
     """
-    from qlint.graph.view import SHAPE_OPS, base_name, op_name
+    from qlint.graph.view import base_name, op_name
+    from qlint.rules.ops import SHAPE_OPS
 
     passthrough = SHAPE_OPS | {"quantize_per_tensor", "dequantize_per_tensor"}
     for node in program.graph.nodes:

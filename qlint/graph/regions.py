@@ -21,13 +21,13 @@ from qlint.graph.causes import cause_of, causes
 from qlint.graph.evaluate import evaluate, input_domain, not_per_integer, runtime_input
 from qlint.graph.islands import Island, find_constant_subgraphs, find_islands, fp32_numel, requantize_pairs, results
 from qlint.graph.view import Constant, GraphView, Kind, base_name, op_name
+from qlint.rules.builders import factor
+from qlint.rules.ops import OFFSET_OPS, SCALE_OPS
 from qlint.rules.qparams import QParams
 from qlint.rules.source import locate
 from qlint.settings.config import Config, ConstantKind
 from qlint.settings.guards import blocked_guards
 
-SCALE_OPS = {"div", "mul"}
-OFFSET_OPS = {"add", "sub"}   # of a uniform constant: an attention mask that masks nothing, a bias
 NORMALIZATION_OPS = {
     "native_layer_norm", "layer_norm", "group_norm", "native_group_norm", "batch_norm",
     "native_batch_norm", "_native_batch_norm_legit_no_training", "rms_norm", "var", "var_mean",
@@ -46,10 +46,6 @@ class ScaleStep:
     constant: Constant
     value: float
 
-    @property
-    def symbol(self) -> str:
-        return {"div": "/", "mul": "*", "add": "+", "sub": "-"}[self.op]
-
 
 @dataclass
 class ScaleIsland:
@@ -64,11 +60,9 @@ class ScaleIsland:
     @property
     def factor(self) -> float:
         """What the island multiplies its input by (its offsets aside)."""
-        factor = 1.0
-        for step in self.steps:
-            if step.op in SCALE_OPS:
-                factor = factor / step.value if step.op == "div" else factor * step.value
-        return factor
+        found = factor(self.steps)
+        assert found is not None  # every step of a ScaleIsland has its value
+        return found
 
     @property
     def offset(self) -> bool:

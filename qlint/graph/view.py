@@ -23,6 +23,7 @@ from torch.fx import Node
 
 from qlint.io.limits import MAX_CONSTANT_BYTES
 from qlint.io.wellformed import qparams_problem
+from qlint.rules.ops import SHAPE_OPS
 from qlint.rules.qparams import QParams
 from qlint.settings.config import ConstantKind
 
@@ -36,16 +37,6 @@ DEQUANTIZE_OPS = {
     "quantized_decomposed.dequantize_per_tensor",
     "quantized_decomposed.dequantize_per_channel",
     "cortex_m.dequantize_per_tensor",
-}
-# Ops that only move or reinterpret data: part of an island when they carry
-# floats, not counted as compute for coverage.
-SHAPE_OPS = {
-    "view", "view_copy", "_unsafe_view", "reshape", "permute", "permute_copy", "transpose",
-    "transpose_copy", "t", "t_copy", "clone", "_clone_dim_order", "contiguous", "expand",
-    "expand_copy", "squeeze", "squeeze_copy", "unsqueeze", "unsqueeze_copy", "flatten",
-    "unflatten", "slice", "slice_copy", "select", "select_copy", "getitem", "alias",
-    "alias_copy", "detach", "_to_copy", "_to_dim_order_copy", "split", "split_copy",
-    "split_with_sizes_copy", "cat", "chunk", "identity",
 }
 IGNORED_FUNCTIONS = {"alloc", "_assert_tensor_metadata", "_assert_scalar"}
 

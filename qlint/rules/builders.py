@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from qlint.rules.ops import SCALE_OPS, SYMBOLS
 from qlint.rules.qparams import QParams
@@ -37,7 +37,17 @@ class Term:
         return f"{shown} ({self.kind})" if self.numel == 1 else f"{shown} ({self.kind}, all {self.numel} elements)"
 
 
-def factor(terms: Sequence[Term]) -> float | None:
+class Step(Protocol):
+    """An `x op c` as either tier holds it: its op and the constant's one value (None: unknown)."""
+
+    @property
+    def op(self) -> str: ...
+
+    @property
+    def value(self) -> float | None: ...
+
+
+def factor(terms: Sequence[Step]) -> float | None:
     """What the island multiplies its input by (its offsets aside); None while a scale is unknown."""
     result = 1.0
     for term in terms:

@@ -18,7 +18,7 @@ SHAPE_OPS = frozenset({
     "transpose_copy", "t", "t_copy", "clone", "_clone_dim_order", "contiguous", "expand",
     "expand_copy", "squeeze", "squeeze_copy", "unsqueeze", "unsqueeze_copy", "flatten",
     "unflatten", "slice", "slice_copy", "select", "select_copy", "getitem", "alias",
-    "alias_copy", "detach", "lift_fresh_copy", "_to_copy", "_to_dim_order_copy", "split", "split_copy",
+    "alias_copy", "detach", "_to_copy", "_to_dim_order_copy", "split", "split_copy",
     "split_with_sizes_copy", "cat", "chunk", "identity",
 })
 # Of those, the ones that read several tensors or write several (a join or a fork) or change the
