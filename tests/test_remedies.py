@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from conftest import run_cli
 
+from qlint.remedies.remedy import Build
 from qlint.remedies.search import Remediated, remediate, sqnr_db
-from qlint.remedies.source import Build, unfuse_attention
+from qlint.remedies.unfused_attention import unfuse_attention
 from qlint.report.formats import remedy_lines
 from qlint.rules.records import RemedyStatus
 from qlint.settings.config import Config, RemedyName
@@ -145,13 +146,24 @@ def test_int8_io_shrinks_sams_arena_and_reports_what_the_application_feeds(
     assert "input 0 (image_embedding) is int8: q = clamp(round(x / " in text and "output 1 is int8: x = (q " in text
 
 
+def test_the_table_holds_every_remedy_each_in_the_module_named_for_it() -> None:
+    from qlint.remedies.all_remedies import REMEDIES
+
+    assert list(REMEDIES) == list(RemedyName)
+    for name, remedy in REMEDIES.items():
+        assert type(remedy).__module__ == f"qlint.remedies.{name.replace('-', '_')}", name
+        for line in remedy.user_change:
+            if line.startswith("from qlint."):
+                exec(line, {})  # the line a user copies into an export script imports
+
+
 def test_derived_qparams_change_only_the_scale_and_its_one_consumer() -> None:
     from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
     from torchao.quantization.pt2e.quantizer import DerivedQuantizationSpec
 
     from examples.models import make_attention
     from qlint.graph.quantize import export_float
-    from qlint.remedies.source import derive_scale_qparams
+    from qlint.remedies.derived_scale_qparams import derive_scale_qparams
 
     model, example, _ = make_attention()
     quantizer = CortexMQuantizer()
@@ -355,8 +367,9 @@ def test_channels_last_is_written_as_a_diff_that_applies_and_moves_the_factorys_
 
 
 def test_only_plain_returns_of_the_factory_are_mechanical() -> None:
-    from qlint.remedies.patch import channels_last
+    from qlint.remedies.channels_last import ChannelsLast
 
+    channels_last = ChannelsLast().edit_factory
     nested = "def make():\n    def inner():\n        return f()\n    m, e = inner()\n    return m, e\n"
     lines = channels_last(nested, "make")
     assert isinstance(lines, list) and "    import torch\n" in lines  # the module does not import torch
