@@ -297,7 +297,8 @@ def make_conv_hardswish() -> tuple:
 
 def as_channels_last(model: nn.Module, example: tuple, calibration: list) -> tuple:
     """The same model, example and batches in channels_last: qlint's `channels-last` remedy."""
-    from qlint.remedies.source import Build, ChannelsLast
+    from qlint.remedies.channels_last import ChannelsLast
+    from qlint.remedies.remedy import Build
 
     built = ChannelsLast().on_build(Build(model, example, tuple(calibration)))
     return built.model, built.example, list(built.calibration)

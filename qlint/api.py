@@ -83,8 +83,8 @@ def remedy(
     built) when the kept remedies together fail or cost more accuracy than that.
     """
     from qlint.io.reads import ReadError
+    from qlint.remedies.remedy import Build
     from qlint.remedies.search import remediate
-    from qlint.remedies.source import Build
 
     config = config or Config()
     names = [RemedyName(name) for name in remedies]

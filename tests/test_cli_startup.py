@@ -50,14 +50,17 @@ def test_version() -> None:
 
 def test_rules_lists_the_catalog() -> None:
     result = subprocess.run([sys.executable, "-m", "qlint", "rules"], capture_output=True, text=True, timeout=60)
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[2:]}
     for rule in load_catalog().values():
-        assert rule.code in result.stdout and rule.name in result.stdout
+        assert rule.name in rows[rule.code] and rule.fix_text in rows[rule.code]
+    assert "unsafe, sometimes available" in rows["QL007"] and " none " in rows["QL003"]
 
 
 def test_rule_page_renders_every_section() -> None:
     result = subprocess.run([sys.executable, "-m", "qlint", "rule", "ql002"], capture_output=True, text=True, timeout=60)
     out = result.stdout
     assert out.startswith("# fp32-island (QL002)")
+    assert "Fix: safe, sometimes available." in out  # its applicability, as `ruff rule` says it
     for heading in ("## What it does", "## Why it matters", "## Example", "## Fix safety"):
         assert heading in out
     bad = subprocess.run([sys.executable, "-m", "qlint", "rule", "QL999"], capture_output=True, text=True, timeout=60)

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from conftest import run_cli
 
+from qlint.remedies.remedy import Build
 from qlint.remedies.search import Remediated, remediate, sqnr_db
-from qlint.remedies.source import Build, unfuse_attention
+from qlint.remedies.unfused_attention import unfuse_attention
 from qlint.report.formats import remedy_lines
 from qlint.rules.records import RemedyStatus
 from qlint.settings.config import Config, RemedyName
@@ -133,7 +134,7 @@ def test_int8_io_shrinks_sams_arena_and_reports_what_the_application_feeds(
     assert kept.status == RemedyStatus.KEPT, kept.reason
     assert kept.measured.arena_bytes < 5728 and kept.measured.live_peak_bytes < 5248
     assert [q.name for q in kept.io.inputs] == ["image_embedding", "image_pe", "point_embedding"]
-    assert [q.index for q in kept.io.outputs] == [0, 1] and {q.dtype for q in kept.io.outputs} == {"int8"}
+    assert [q.index for q in kept.io.outputs] == [0, 1] and {q.qparams.dtype for q in kept.io.outputs} == {"int8"}
     assert kept.measured.sqnr_db == pytest.approx(base.sqnr_db, abs=0.01)  # the same quantize, done outside
     final = done.report.final  # with derived-scale-qparams: no table, and the smaller arena
     assert final.table_folds == 0 and final.arena_bytes == kept.measured.arena_bytes
@@ -145,13 +146,24 @@ def test_int8_io_shrinks_sams_arena_and_reports_what_the_application_feeds(
     assert "input 0 (image_embedding) is int8: q = clamp(round(x / " in text and "output 1 is int8: x = (q " in text
 
 
+def test_the_table_holds_every_remedy_each_in_the_module_named_for_it() -> None:
+    from qlint.remedies.all_remedies import REMEDIES
+
+    assert list(REMEDIES) == list(RemedyName)
+    for name, remedy in REMEDIES.items():
+        assert type(remedy).__module__ == f"qlint.remedies.{name.replace('-', '_')}", name
+        for line in remedy.user_change:
+            if line.startswith("from qlint."):
+                exec(line, {})  # the line a user copies into an export script imports
+
+
 def test_derived_qparams_change_only_the_scale_and_its_one_consumer() -> None:
     from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
     from torchao.quantization.pt2e.quantizer import DerivedQuantizationSpec
 
     from examples.models import make_attention
     from qlint.graph.quantize import export_float
-    from qlint.remedies.source import derive_scale_qparams
+    from qlint.remedies.derived_scale_qparams import derive_scale_qparams
 
     model, example, _ = make_attention()
     quantizer = CortexMQuantizer()
@@ -355,8 +367,9 @@ def test_channels_last_is_written_as_a_diff_that_applies_and_moves_the_factorys_
 
 
 def test_only_plain_returns_of_the_factory_are_mechanical() -> None:
-    from qlint.remedies.patch import channels_last
+    from qlint.remedies.channels_last import ChannelsLast
 
+    channels_last = ChannelsLast().edit_factory
     nested = "def make():\n    def inner():\n        return f()\n    m, e = inner()\n    return m, e\n"
     lines = channels_last(nested, "make")
     assert isinstance(lines, list) and "    import torch\n" in lines  # the module does not import torch
@@ -367,3 +380,18 @@ def test_only_plain_returns_of_the_factory_are_mechanical() -> None:
     # a hostile source is a reason, not a crash: nesting beyond the parser, null bytes
     assert channels_last("x = " + "-" * 200000 + "1\n", "make") == "cannot parse it: MemoryError"
     assert channels_last("def make():\n    return a\x00\n", "make").startswith("cannot parse it:")
+
+
+def test_an_int8_port_is_one_flat_json_object() -> None:
+    """The int8-io remedy's ports hold the one qparams record; JSON keeps them flat, as it always did."""
+    from qlint.rules.qparams import QParams
+    from qlint.rules.records import Measurement, ProgramIO, ProgramPort, RemedyOutcome, RemedyReport
+
+    io = ProgramIO((ProgramPort("x", 0, QParams(0.05, -3, -128, 127, "int8")),), ())
+    measured = Measurement(coverage=1.0, fp32_ops=0, fp32_elements=0, arena_bytes=64, live_peak_bytes=64, table_folds=0,
+                           sqnr_db=float("inf"), kernels={})
+    report = RemedyReport("t", measured, [RemedyOutcome("int8-io", RemedyStatus.KEPT, "", measured, (), io)], io=io)
+    port = {"name": "x", "index": 0, "scale": 0.05, "zero_point": -3, "qmin": -128, "qmax": 127, "dtype": "int8"}
+    data = report.to_dict()
+    assert data["io"] == {"inputs": [port], "outputs": []} == data["outcomes"][0]["io"]
+    assert list(data["io"]["inputs"][0]) == list(port) and data["baseline"]["sqnr_db"] is None

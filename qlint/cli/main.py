@@ -1,15 +1,6 @@
-"""The `qlint` command line: ruff habits, torch imported only when a program is read.
-
-Exit codes (the one list; the README repeats it):
-  0    no finding at error severity (`--fail-on` moves the line);
-  1    findings at error severity;
-  2    usage, config, input or output errors: a bad option (one line and a `--help` hint),
-       a path that cannot be read, a `--write` that cannot be written, stdout closed (`>&-`);
-  130  interrupted (Ctrl-C): one line, and no temp file or half-written output is left.
-A reader that stops reading stdout early (`qlint check | head -1`) ends the report quietly and
-does not change the exit code: the `--write` files are still written and the code is the run's.
-(Ruff and ripgrep exit 0 there, Python's docs suggest 1; either would say something about the
-programs that the run did not find, and under `set -o pipefail` a 0 would pass a failing gate.)
+"""The `qlint` command line: the parser, the dispatch to `qlint.cli.commands`, and how a run
+ends (a usage error, Ctrl-C, a closed stdout or pipe), with ruff's habits. Torch is imported only
+when a program is read; the exit codes are listed in `qlint.cli.exit_codes`.
 """
 
 from __future__ import annotations
@@ -18,60 +9,20 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import NoReturn
 
 from qlint import __version__
-from qlint.io.reads import printable
-from qlint.settings.options import FixOptions, LoweringOrder, RunOptions
+from qlint.cli.commands.check import cmd_check
+from qlint.cli.commands.init import cmd_init
+from qlint.cli.commands.rule import cmd_rule
+from qlint.cli.commands.rules import cmd_rules
+from qlint.cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED
+from qlint.cli.output import say, to_devnull, usage_error
+from qlint.settings.options import LoweringOrder
 
-if TYPE_CHECKING:
-    from qlint.rules.records import Report
-
-EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 COMMANDS = ("check", "fix", "rule", "rules", "init")
 OUTPUT_FORMATS = ("text", "json", "github", "sarif", "markdown")
-
-
-def _say(line: str) -> None:
-    """One line on stderr. A closed or broken stderr (`2>&1 | head -1`) does not stop the run."""
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        _to_devnull(sys.stderr)
-
-
-def _emit(text: str) -> bool:
-    """Print the report on stdout, flushed now so that a failed write shows here, not at exit.
-
-    A reader that stopped reading (`| head -1`, a closed pager) ends the output quietly and the
-    run goes on. False, after one error line, when stdout cannot be written (`>/dev/full`).
-    """
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        _to_devnull(sys.stdout)
-    except OSError as exc:
-        _to_devnull(sys.stdout)
-        _say(f"qlint: error: cannot write the report to stdout: {exc.strerror or exc}")
-        return False
-    return True
-
-
-def _to_devnull(stream: IO[str]) -> None:
-    """Point `stream`'s fd at /dev/null: what is still buffered, and what comes, goes nowhere, silently."""
-    try:
-        fd = stream.fileno()
-    except (OSError, ValueError):  # not a real file (a test's capture)
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
-    try:
-        stream.flush()
-    except (OSError, ValueError):
-        pass
 
 
 def _reserve_standard_fds() -> bool:
@@ -104,13 +55,6 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_ERROR)
 
 
-def usage_error(message: str, prog: str = "qlint check") -> int:
-    """`qlint: error: MESSAGE` and a `--help` hint on stderr; the exit code."""
-    _say(f"qlint: error: {printable(message)}")
-    _say(f"Run '{prog} --help' for usage.")
-    return EXIT_ERROR
-
-
 def _codes(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
@@ -133,26 +77,6 @@ def _jobs(value: str) -> int:
     if jobs < 1:
         raise argparse.ArgumentTypeError(f"{value!r}: need N >= 1")
     return jobs
-
-
-def _progress_bar(args: argparse.Namespace) -> Callable[[int, int, str], None] | None:
-    """A one-line progress bar on stderr for interactive text runs only."""
-    if args.output_format != "text" or args.quiet or os.environ.get("CI") or not sys.stderr.isatty():
-        return None
-
-    def show(done: int, total: int, name: str) -> None:
-        if total < 2:
-            return
-        width = 24
-        filled = width * done // total
-        end = "\n" if done == total else ""
-        try:
-            print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name[-40:]:<40}", end=end,
-                  file=sys.stderr, flush=True)
-        except (OSError, ValueError):  # the terminal went away: the run goes on
-            _to_devnull(sys.stderr)
-
-    return show
 
 
 # `--write` kinds beside the report formats: files about the run, not the report itself.
@@ -281,239 +205,19 @@ def _normalize_argv(argv: list[str]) -> list[str]:
     return argv
 
 
-def cmd_rules() -> int:
-    from tabulate import tabulate
-
-    from qlint.rules.catalog import load_catalog
-
-    rows = [
-        [r.code, r.name, r.default_severity, "yes" if r.fixable else "", r.summary] for r in load_catalog().values()
-    ]
-    return EXIT_OK if _emit(tabulate(rows, headers=["code", "name", "severity", "fix", "summary"],
-                                     tablefmt="simple")) else EXIT_ERROR
-
-
-def cmd_rule(code: str) -> int:
-    from qlint.rules.catalog import load_catalog, render_rule
-
-    catalog = load_catalog()
-    if code.upper() not in catalog:
-        _say(f"qlint: error: unknown rule {printable(repr(code))} (known: {', '.join(catalog)})")
-        _say("Run 'qlint rules' for the list.")
-        return EXIT_ERROR
-    return EXIT_OK if _emit(render_rule(catalog[code.upper()]).removesuffix("\n")) else EXIT_ERROR
-
-
-def cmd_init(path: Path) -> int:
-    from qlint.io.writes import write_atomic
-    from qlint.settings.config import DEFAULT_CONFIG
-
-    if path.exists() or path.is_symlink():
-        _say(f"qlint: {printable(str(path))} already exists; not overwriting")
-        return EXIT_ERROR
-    try:
-        write_atomic(path, DEFAULT_CONFIG.encode())
-    except OSError as exc:
-        _say(f"qlint: error: cannot write {printable(str(path))}: {exc.strerror or exc}")
-        return EXIT_ERROR
-    return EXIT_OK if _emit(f"wrote {printable(str(path))}") else EXIT_ERROR
-
-
-def _baseline(report: Report, args: argparse.Namespace) -> int | None:
-    """Write the baseline (the run ends: its exit code) or drop what it accepts (None: go on)."""
-    from qlint.report.suppressions import BaselineError, apply_baseline, write_baseline
-
-    try:
-        if args.write_baseline:
-            write_baseline(report, args.write_baseline)
-            _say(f"wrote {len(report.findings)} findings to {printable(str(args.write_baseline))}")
-            return EXIT_ERROR if report.errors else EXIT_OK
-        if args.baseline:
-            apply_baseline(report, args.baseline)
-    except BaselineError as exc:
-        _say(f"qlint: error: {exc}")
-        return EXIT_ERROR
-    return None
-
-
-def _selection_error(args: argparse.Namespace) -> str | None:
-    """The usage error in --select/--ignore (an unknown rule code), or None."""
-    from qlint.settings.config import ConfigError, validate_selectors
-
-    def error(message: str) -> ConfigError:
-        return ConfigError("<command line>", 0, "", message)
-
-    for option, codes in (("--select", args.select), ("--ignore", args.ignore)):
-        try:
-            validate_selectors(codes or (), error)
-        except ConfigError as exc:
-            return f"argument {option}: {exc.message}"
-    return None
-
-
-def _option_error(args: argparse.Namespace) -> str | None:
-    """Options that do not go together, or None."""
-    if args.static and (args.fix or args.diff or args.targets_only):
-        what = "--fix and --diff" if args.fix or args.diff else "config targets"
-        return f"{what} need the full check (lowering); drop --static"
-    if args.unsafe_fixes and not (args.fix or args.diff):
-        return "--unsafe-fixes needs --fix or --diff"
-    return None
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    from qlint.settings.config import ConfigError, find_config, load_config
-
-    problem = _selection_error(args) or _option_error(args)
-    if problem:
-        return usage_error(problem)
-    try:
-        config_path = args.config if args.config else find_config(Path.cwd())
-        if args.config and not (args.config.exists() or args.config.is_symlink()):
-            raise ConfigError(args.config, 0, "<file>", "no such config file")
-        config = load_config(config_path)
-        config = config.with_overrides(target_cpu=args.target_cpu, select=args.select, ignore=args.ignore)
-    except ConfigError as exc:
-        _say(f"qlint: config error: {printable(str(exc))}")
-        return EXIT_ERROR
-
-    from qlint.graph import stack
-    from qlint.report import formats
-    from qlint.run import engine
-
-    stack.quiet_logs(args.verbose)
-    fix = None
-    if args.fix or args.diff:
-        if args.output_dir is not None and not args.diff:
-            from qlint.io.writes import ensure_directory
-
-            problem = ensure_directory(args.output_dir)
-            if problem:
-                _say(f"qlint: error: --output-dir {printable(str(args.output_dir))}: {problem}")
-                return EXIT_ERROR
-        fix = FixOptions(output_dir=args.output_dir, dry_run=args.diff, unsafe_fixes=args.unsafe_fixes)
-    options = RunOptions(order=LoweringOrder(args.lowering), verbose=args.verbose, fix=fix, static=args.static)
-    cache = None
-    if not args.no_cache:
-        from qlint.run.cache import Cache, default_dir
-
-        cache = Cache(args.cache_dir or default_dir(), config, options)
-    if args.targets_only:
-        paths, targets = [], list(config.targets)
-    elif args.paths:
-        paths, targets = list(args.paths), []
-    else:
-        paths, targets = [Path(".")], [] if args.static else list(config.targets)
-    if args.static:
-        from qlint.rules.table import static_codes
-
-        _say(f"qlint: static tier: {' and '.join(static_codes())} from the graph of each .pt2, without lowering "
-             "(an island whose constant it cannot compute: undecided); QL002, QL003, QL005, QL007, QL008, "
-             "config targets, .pte files and fixes need `qlint check`")
-    report = engine.run(
-        paths, targets, config, options, cache, jobs=args.jobs, shard=args.shard, progress=_progress_bar(args)
-    )
-
-    from qlint.report.suppressions import apply_suppressions
-
-    apply_suppressions(report, config)
-    if report.checked == 0 and not report.errors:
-        where = f" in shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""
-        _say(f"qlint: warning: no artifacts found{where}")
-    ended = _baseline(report, args)
-    if ended is not None:
-        return ended
-    for error in report.errors:
-        _say(f"qlint: error: {error}")
-    if args.statistics:
-        shown = _emit(formats.statistics(report))
-    elif args.output_format == "text":
-        shown = _emit(formats.text(report, quiet=args.quiet))
-    else:
-        shown = _emit(formats.FORMATS[args.output_format](report))
-
-    if not _write_files(report, args.write, config) or not shown or report.errors:
-        return EXIT_ERROR
-    failing = {"error": ("error",), "warning": ("error", "warning"), "info": ("error", "warning", "info"), "never": ()}
-    if not args.exit_zero and any(f.severity in failing[args.fail_on] for f in report.findings):
-        return EXIT_FINDINGS
-    return EXIT_OK
-
-
-def _write_files(report: Any, writes: list[tuple[str, Path]], config: Any) -> bool:
-    """Every `--write`, the pictures and node data first so the markdown summary can point at them.
-    A write that fails is one error line and the others are still written; False when one failed."""
-    written: list[Path] = []
-    ok = True
-    for fmt, path in sorted(writes, key=lambda w: w[0] == "markdown"):
-        problem = _write_one(report, fmt, path, config, written)
-        if problem is not None:
-            _say(f"qlint: error: {printable(problem)}")
-            ok = False
-    return ok
-
-
-def _write_one(report: Any, fmt: str, path: Path, config: Any, written: list[Path]) -> str | None:
-    """Write one `--write FORMAT:PATH` (adding the files to `written`); why it failed, or None."""
-    from qlint.io.writes import ensure_directory, write_atomic
-    from qlint.report import formats
-
-    try:
-        if fmt == "model-explorer":
-            from qlint.report.model_explorer import OverlayUnavailable, write_overlays
-
-            problem = ensure_directory(path)
-            if problem:
-                return f"model-explorer:{path}: {problem}"
-            try:
-                written += write_overlays(report, path)
-            except OverlayUnavailable as exc:
-                return str(exc)
-            return None
-        if fmt == "memory-plot":
-            from qlint.report.memory_plot import PlotError, write_plot
-
-            try:
-                write_plot(report, path)
-            except PlotError as exc:
-                return str(exc)
-            written.append(path)
-            return None
-        if fmt == "patch":
-            from qlint.remedies.patch import remedy_patch
-
-            patch = remedy_patch(report.remedies, config.root)
-            for note in patch.notes:
-                _say(f"qlint: patch: {printable(note)}")
-            text = patch.diff
-        elif fmt == "markdown":
-            text = formats.markdown(report, attachments=_relative_to(written, path.parent)) + "\n"
-        else:
-            text = formats.FORMATS[fmt](report) + "\n"
-        write_atomic(path, text.encode())
-    except OSError as exc:
-        return f"cannot write {path}: {exc.strerror or exc}"
-    return None
-
-
-def _relative_to(paths: list[Path], folder: Path) -> list[str]:
-    """How a file in `folder` links to each of `paths`."""
-    return [os.path.relpath(p, folder) for p in paths]
-
-
 def main(argv: list[str] | None = None) -> int:
-    """The `qlint` command; its exit code (the module docstring lists them)."""
+    """The `qlint` command; its exit code (`qlint.cli.exit_codes` lists them)."""
     if _reserve_standard_fds():
-        _say("qlint: error: stdout is closed: nowhere to print the report (redirect it instead, e.g. >/dev/null)")
+        say("qlint: error: stdout is closed: nowhere to print the report (redirect it instead, e.g. >/dev/null)")
         return EXIT_ERROR
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not add a traceback to the line
-        _say("qlint: interrupted")
+        say("qlint: interrupted")
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # a write to a closed pipe that no helper above caught: end quietly
-        _to_devnull(sys.stdout)
+        to_devnull(sys.stdout)
         return EXIT_ERROR
     finally:
         _flush_quietly()
@@ -524,10 +228,11 @@ def _flush_quietly() -> None:
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
-        _to_devnull(sys.stdout)
+        to_devnull(sys.stdout)
 
 
 def _dispatch(argv: list[str]) -> int:
+    """Parse `argv` and run its command (`check` when none is named); the command's exit code."""
     parser = build_parser()
     args, extra = parser.parse_known_args(_normalize_argv(argv))
     if extra:

@@ -34,8 +34,9 @@ from qlint.graph.quantize import export_float, quantize_graph, without_fast_path
 from qlint.graph.readers import seeded_like
 from qlint.graph.view import op_name
 from qlint.io.reads import ReadError
-from qlint.remedies.source import (
-    REMEDIES,
+from qlint.remedies.all_remedies import REMEDIES
+from qlint.remedies.int8_io import feed, read
+from qlint.remedies.remedy import (
     Build,
     Remedy,
     apply_to_build,
@@ -43,8 +44,6 @@ from qlint.remedies.source import (
     apply_to_inputs,
     apply_to_program,
     apply_to_quantizer,
-    feed,
-    read,
 )
 from qlint.rules.records import Measurement, ProgramIO, RemedyOutcome, RemedyReport, RemedyStatus
 from qlint.settings.config import Config, RemedyName

@@ -166,9 +166,10 @@ def io_lines(io: ProgramIO | None) -> list[str]:
     """What the application converts for an int8-io program."""
     if io is None:
         return []
-    lines = [f"    input {q.index} ({q.name}) is {q.dtype}: q = clamp(round(x / {q.scale:.8g}) {q.zero_point:+d}, "
-             f"{q.qmin}, {q.qmax})" for q in io.inputs]
-    lines += [f"    output {q.index} is {q.dtype}: x = (q {-q.zero_point:+d}) * {q.scale:.8g}" for q in io.outputs]
+    lines = [f"    input {p.index} ({p.name}) is {q.dtype}: q = clamp(round(x / {q.scale:.8g}) {q.zero_point:+d}, "
+             f"{q.qmin}, {q.qmax})" for p in io.inputs for q in [p.qparams]]
+    lines += [f"    output {p.index} is {q.dtype}: x = (q {-q.zero_point:+d}) * {q.scale:.8g}"
+              for p in io.outputs for q in [p.qparams]]
     return lines
 
 

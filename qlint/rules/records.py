@@ -9,6 +9,7 @@ from typing import Any
 
 from qlint._compat import StrEnum
 from qlint.io.reads import printable
+from qlint.rules.qparams import QParams
 
 # A shape or argument list in a cause (`conv2d output [1, 8, 8, 8] is NCHW`).
 _SHAPE = re.compile(r"\[-?\d+(?:, -?\d+)*\]")
@@ -181,24 +182,28 @@ class Measurement:
 
 
 @dataclass(frozen=True)
-class IOQParams:
-    """How the application converts one int8 program input (q = round(x / scale) + zero_point) or output."""
+class ProgramPort:
+    """One int8 program input or output: the application converts it with `qparams`
+    (q = round(x / scale) + zero_point in, x = (q - zero_point) * scale out)."""
 
     name: str
     index: int        # position among the program's user inputs (or outputs)
-    scale: float
-    zero_point: int
-    qmin: int
-    qmax: int
-    dtype: str
+    qparams: QParams
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat, as JSON has always carried a port: name, index, then the qparams' fields."""
+        return {"name": self.name, "index": self.index, **self.qparams.to_dict()}
 
 
 @dataclass(frozen=True)
 class ProgramIO:
     """The program inputs and outputs the `int8-io` remedy made integer; the others stay float."""
 
-    inputs: tuple[IOQParams, ...] = ()
-    outputs: tuple[IOQParams, ...] = ()
+    inputs: tuple[ProgramPort, ...] = ()
+    outputs: tuple[ProgramPort, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"inputs": [p.to_dict() for p in self.inputs], "outputs": [p.to_dict() for p in self.outputs]}
 
 
 class RemedyStatus(StrEnum):
@@ -238,7 +243,11 @@ class RemedyReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON has no infinity: equal outputs carry `sqnr_db: null`."""
-        return _finite(asdict(self))
+        data = asdict(self)
+        data["io"] = self.io.to_dict() if self.io is not None else None
+        for outcome, shown in zip(self.outcomes, data["outcomes"], strict=True):
+            shown["io"] = outcome.io.to_dict() if outcome.io is not None else None
+        return _finite(data)
 
 
 def _finite(value: Any) -> Any:

@@ -243,8 +243,8 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
         remedies = target_remedies(target, config, options)
         if remedies:
             from qlint.graph.quantize import module_file
+            from qlint.remedies.remedy import Build
             from qlint.remedies.search import remediate
-            from qlint.remedies.source import Build
 
             remediated = remediate(Build(model, example, tuple(calibration or ())), remedies, config, artifact)
             remediated.report.factory = target.factory

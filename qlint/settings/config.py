@@ -45,7 +45,7 @@ class ConstantKind(StrEnum):
 
 
 class RemedyName(StrEnum):
-    """The export/quantization changes `--fix` may make to a target (see `qlint.remedies.source`)."""
+    """The export/quantization changes `--fix` may make to a target (see `qlint.remedies.all_remedies`)."""
 
     CHANNELS_LAST = "channels-last"
     UNFUSED_ATTENTION = "unfused-attention"

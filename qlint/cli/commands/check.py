@@ -1,0 +1,311 @@
+"""`qlint check` (and `qlint fix`, which is `check --fix`): check the inputs, print the report,
+exit by the findings.
+
+`cmd_check` is six steps, in this order, each under its heading below: validate the options,
+select the inputs, run the engine, apply suppressions and the baseline, write the outputs, decide
+the exit code. A step that ends the run returns its exit code and the later ones do not run. Torch is
+imported by the engine only, once a program has to be read: with `--static` never.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qlint.cli.exit_codes import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from qlint.cli.output import emit, say, to_devnull, usage_error
+from qlint.io.reads import printable
+from qlint.settings.options import FixOptions, LoweringOrder, RunOptions
+
+if TYPE_CHECKING:
+    from qlint.rules.records import Report
+    from qlint.settings.config import Config, Target
+
+# The severities that make the exit code 1, for each `--fail-on`.
+FAILING = {"error": ("error",), "warning": ("error", "warning"), "info": ("error", "warning", "info"), "never": ()}
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """`qlint check`: the steps below in order; the first that ends the run gives the exit code."""
+    problem = _selection_error(args) or _option_error(args)
+    if problem:
+        return usage_error(problem)
+    config = _config(args)
+    if config is None:
+        return EXIT_ERROR
+    options = _run_options(args)
+    if options is None:
+        return EXIT_ERROR
+    paths, targets = _inputs(args, config)
+    report = _run_engine(args, config, options, paths, targets)
+    ended = _settle(report, args, config)
+    if ended is not None:
+        return ended
+    written = _write_outputs(report, args, config)
+    return _exit_code(report, args, written)
+
+
+# Validate the options and the config: what the parser cannot see, refused before anything is read.
+
+
+def _selection_error(args: argparse.Namespace) -> str | None:
+    """The usage error in --select/--ignore (an unknown rule code), or None."""
+    from qlint.settings.config import ConfigError, validate_selectors
+
+    def error(message: str) -> ConfigError:
+        return ConfigError("<command line>", 0, "", message)
+
+    for option, codes in (("--select", args.select), ("--ignore", args.ignore)):
+        try:
+            validate_selectors(codes or (), error)
+        except ConfigError as exc:
+            return f"argument {option}: {exc.message}"
+    return None
+
+
+def _option_error(args: argparse.Namespace) -> str | None:
+    """Options that do not go together, or None."""
+    if args.static and (args.fix or args.diff or args.targets_only):
+        what = "--fix and --diff" if args.fix or args.diff else "config targets"
+        return f"{what} need the full check (lowering); drop --static"
+    if args.unsafe_fixes and not (args.fix or args.diff):
+        return "--unsafe-fixes needs --fix or --diff"
+    return None
+
+
+def _config(args: argparse.Namespace) -> Config | None:
+    """The config the run uses, with the command line's overrides; None after a `config error` line.
+
+    A `--config` that names no file is an error, where a `.qlint.yaml` that is not found upward
+    means the defaults: the user asked for that file.
+    """
+    from qlint.settings.config import ConfigError, find_config, load_config
+
+    try:
+        config_path = args.config if args.config else find_config(Path.cwd())
+        if args.config and not (args.config.exists() or args.config.is_symlink()):
+            raise ConfigError(args.config, 0, "<file>", "no such config file")
+        config = load_config(config_path)
+        return config.with_overrides(target_cpu=args.target_cpu, select=args.select, ignore=args.ignore)
+    except ConfigError as exc:
+        say(f"qlint: config error: {printable(str(exc))}")
+        return None
+
+
+def _run_options(args: argparse.Namespace) -> RunOptions | None:
+    """How each input is checked (and fixed); None after an error line when `--output-dir` cannot be made.
+
+    The output folder is made before the run, so that a fix is never computed only to find
+    nowhere to write it; `--diff` writes nothing and needs none.
+    """
+    fix = None
+    if args.fix or args.diff:
+        if args.output_dir is not None and not args.diff:
+            from qlint.io.writes import ensure_directory
+
+            problem = ensure_directory(args.output_dir)
+            if problem:
+                say(f"qlint: error: --output-dir {printable(str(args.output_dir))}: {problem}")
+                return None
+        fix = FixOptions(output_dir=args.output_dir, dry_run=args.diff, unsafe_fixes=args.unsafe_fixes)
+    return RunOptions(order=LoweringOrder(args.lowering), verbose=args.verbose, fix=fix, static=args.static)
+
+
+# Select the inputs.
+
+
+def _inputs(args: argparse.Namespace, config: Config) -> tuple[list[Path], list[Target]]:
+    """The paths and config targets to check: the named paths alone, the targets alone with
+    `--targets-only`, else the current directory and the targets (not with `--static`, which
+    cannot build a target)."""
+    if args.targets_only:
+        return [], list(config.targets)
+    if args.paths:
+        return list(args.paths), []
+    return [Path(".")], [] if args.static else list(config.targets)
+
+
+# Run the engine.
+
+
+def _run_engine(args: argparse.Namespace, config: Config, options: RunOptions, paths: list[Path],
+                targets: list[Target]) -> Report:
+    """The report of every selected input, answered from the result cache where it has one."""
+    from qlint.graph import stack
+    from qlint.run import engine
+
+    stack.quiet_logs(args.verbose)
+    cache = None
+    if not args.no_cache:
+        from qlint.run.cache import Cache, default_dir
+
+        cache = Cache(args.cache_dir or default_dir(), config, options)
+    if args.static:
+        _say_static_scope()
+    return engine.run(
+        paths, targets, config, options, cache, jobs=args.jobs, shard=args.shard, progress=_progress_bar(args)
+    )
+
+
+def _say_static_scope() -> None:
+    """What the static tier checks and what it leaves to `qlint check`, so a clean run is not read as more."""
+    from qlint.rules.table import static_codes
+
+    say(f"qlint: static tier: {' and '.join(static_codes())} from the graph of each .pt2, without lowering (an island "
+        "whose constant it cannot compute: undecided); QL002, QL003, QL005, QL007, QL008, config targets, "
+        ".pte files and fixes need `qlint check`")
+
+
+def _progress_bar(args: argparse.Namespace) -> Callable[[int, int, str], None] | None:
+    """A one-line progress bar on stderr for interactive text runs only."""
+    if args.output_format != "text" or args.quiet or os.environ.get("CI") or not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int, name: str) -> None:
+        if total < 2:
+            return
+        width = 24
+        filled = width * done // total
+        end = "\n" if done == total else ""
+        try:
+            print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name[-40:]:<40}", end=end,
+                  file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # the terminal went away: the run goes on
+            to_devnull(sys.stderr)
+
+    return show
+
+
+# Apply suppressions and the baseline.
+
+
+def _settle(report: Report, args: argparse.Namespace, config: Config) -> int | None:
+    """Drop the findings that `# qlint: ignore` comments and the baseline accept; an exit code when
+    the run ends here (`--write-baseline`, a bad baseline), else None.
+
+    The baseline is written after the suppressions, so that it records only what is still shown.
+    """
+    from qlint.report.suppressions import apply_suppressions
+
+    apply_suppressions(report, config)
+    if report.checked == 0 and not report.errors:
+        where = f" in shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""
+        say(f"qlint: warning: no artifacts found{where}")
+    return _baseline(report, args)
+
+
+def _baseline(report: Report, args: argparse.Namespace) -> int | None:
+    """Write the baseline (the run ends: its exit code) or drop what it accepts (None: go on)."""
+    from qlint.report.suppressions import BaselineError, apply_baseline, write_baseline
+
+    try:
+        if args.write_baseline:
+            write_baseline(report, args.write_baseline)
+            say(f"wrote {len(report.findings)} findings to {printable(str(args.write_baseline))}")
+            return EXIT_ERROR if report.errors else EXIT_OK
+        if args.baseline:
+            apply_baseline(report, args.baseline)
+    except BaselineError as exc:
+        say(f"qlint: error: {exc}")
+        return EXIT_ERROR
+    return None
+
+
+# Write the outputs.
+
+
+def _write_outputs(report: Report, args: argparse.Namespace, config: Config) -> bool:
+    """The input errors on stderr, the report on stdout, then every `--write` file; False when the
+    report or a file could not be written.
+
+    A failed write does not stop the others: each output that can be written is.
+    """
+    from qlint.report import formats
+
+    for error in report.errors:
+        say(f"qlint: error: {error}")
+    if args.statistics:
+        shown = emit(formats.statistics(report))
+    elif args.output_format == "text":
+        shown = emit(formats.text(report, quiet=args.quiet))
+    else:
+        shown = emit(formats.FORMATS[args.output_format](report))
+    return _write_files(report, args.write, config) and shown
+
+
+def _write_files(report: Report, writes: list[tuple[str, Path]], config: Config) -> bool:
+    """Every `--write`, the pictures and node data first so the markdown summary can point at them.
+    A write that fails is one error line and the others are still written; False when one failed."""
+    written: list[Path] = []
+    ok = True
+    for fmt, path in sorted(writes, key=lambda w: w[0] == "markdown"):
+        problem = _write_one(report, fmt, path, config, written)
+        if problem is not None:
+            say(f"qlint: error: {printable(problem)}")
+            ok = False
+    return ok
+
+
+def _write_one(report: Report, fmt: str, path: Path, config: Config, written: list[Path]) -> str | None:
+    """Write one `--write FORMAT:PATH` (adding the files to `written`); why it failed, or None."""
+    from qlint.io.writes import ensure_directory, write_atomic
+    from qlint.report import formats
+
+    try:
+        if fmt == "model-explorer":
+            from qlint.report.model_explorer import OverlayUnavailable, write_overlays
+
+            problem = ensure_directory(path)
+            if problem:
+                return f"model-explorer:{path}: {problem}"
+            try:
+                written += write_overlays(report, path)
+            except OverlayUnavailable as exc:
+                return str(exc)
+            return None
+        if fmt == "memory-plot":
+            from qlint.report.memory_plot import PlotError, write_plot
+
+            try:
+                write_plot(report, path)
+            except PlotError as exc:
+                return str(exc)
+            written.append(path)
+            return None
+        if fmt == "patch":
+            from qlint.remedies.patch import remedy_patch
+
+            patch = remedy_patch(report.remedies, config.root)
+            for note in patch.notes:
+                say(f"qlint: patch: {printable(note)}")
+            text = patch.diff
+        elif fmt == "markdown":
+            text = formats.markdown(report, attachments=_relative_to(written, path.parent)) + "\n"
+        else:
+            text = formats.FORMATS[fmt](report) + "\n"
+        write_atomic(path, text.encode())
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror or exc}"
+    return None
+
+
+def _relative_to(paths: list[Path], folder: Path) -> list[str]:
+    """How a file in `folder` links to each of `paths`."""
+    return [os.path.relpath(p, folder) for p in paths]
+
+
+# Decide the exit code.
+
+
+def _exit_code(report: Report, args: argparse.Namespace, written: bool) -> int:
+    """2 when an input or an output failed (a missing output is worse than a finding), else 1 when
+    a finding is at a `--fail-on` severity (not with `--exit-zero`), else 0."""
+    if not written or report.errors:
+        return EXIT_ERROR
+    if not args.exit_zero and any(f.severity in FAILING[args.fail_on] for f in report.findings):
+        return EXIT_FINDINGS
+    return EXIT_OK

@@ -1,0 +1,18 @@
+"""Every remedy, by the name the config and `--unsafe-fixes` use: the one table that the search
+(`qlint.remedies.search`) and the patch writer (`qlint.remedies.patch`) read.
+
+A new remedy is a module of its own here, named for its `RemedyName`, and a row below.
+"""
+
+from __future__ import annotations
+
+from qlint.remedies.channels_last import ChannelsLast
+from qlint.remedies.derived_scale_qparams import DerivedScaleQParams
+from qlint.remedies.int8_io import Int8IO
+from qlint.remedies.remedy import Remedy
+from qlint.remedies.unfused_attention import UnfusedAttention
+from qlint.settings.config import RemedyName
+
+REMEDIES: dict[RemedyName, Remedy] = {
+    r.name: r for r in (ChannelsLast(), UnfusedAttention(), DerivedScaleQParams(), Int8IO())
+}

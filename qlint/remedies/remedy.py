@@ -1,0 +1,99 @@
+"""What every remedy is: the `Build` it changes, the `Remedy` hooks over the steps of
+`qlint.graph.quantize`, and the hooks of several remedies applied in order.
+
+A remedy is optional hooks over those steps: the model and its input batches before export
+(`on_build`, `on_inputs`), the exported float graph before `prepare_pt2e` (`on_graph`), the
+quantizer (`on_quantizer`) and the quantized program (`on_program`). Every remedy changes
+numerics, which makes it an *unsafe* fix in ruff's sense: it runs only with `--unsafe-fixes` or
+when the config lists it, and `qlint.remedies.search` keeps it only when it helps and the
+accuracy stays within the guard. This module imports no torch: the patch writer reads it in
+runs that never load the stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from qlint.rules.records import ProgramIO
+from qlint.settings.config import RemedyName
+
+
+@dataclass(frozen=True)
+class Build:
+    """What a target is exported from: the model, its example inputs and its calibration batches."""
+
+    model: Any
+    example: tuple[Any, ...]
+    calibration: tuple[tuple[Any, ...], ...]
+
+
+class Remedy:
+    """One change to how a target is built; the defaults change nothing."""
+
+    name: ClassVar[RemedyName]
+    user_change: ClassVar[tuple[str, ...]]  # the lines a user adds to their own export script
+    edits_factory: ClassVar[bool] = False  # it changes what the factory returns: `--write patch:` can write it there
+
+    def not_applicable(self, graph: Any) -> str | None:
+        """Why this remedy cannot change the exported float `graph`, or None when it can."""
+        raise NotImplementedError
+
+    def on_inputs(self, batch: tuple[Any, ...]) -> tuple[Any, ...]:
+        return batch
+
+    def on_build(self, build: Build) -> Build:
+        return build
+
+    def on_graph(self, graph: Any) -> Any:
+        return graph
+
+    def on_quantizer(self, quantizer: Any) -> Any:
+        return quantizer
+
+    def on_program(self, program: Any) -> ProgramIO | None:
+        """Change the quantized ExportedProgram in place; say how its inputs and outputs changed."""
+        return None
+
+    def edit_factory(self, source: str, function: str) -> list[str] | str:
+        """`source`, the factory's file, with this remedy written into `function`: its lines, or why
+        that is not mechanical. Only a remedy that `edits_factory` has one; the others belong in the
+        user's export script, which qlint does not know."""
+        raise NotImplementedError
+
+
+def call_nodes(graph: Any, target: Any) -> list[Any]:
+    """The graph's calls of the op `target`, in order: where a remedy would act."""
+    return [n for n in graph.graph.nodes if n.op == "call_function" and n.target == target]
+
+
+def apply_to_build(build: Build, remedies: list[Remedy]) -> Build:
+    for remedy in remedies:
+        build = remedy.on_build(build)
+    return build
+
+
+def apply_to_inputs(batch: tuple[Any, ...], remedies: list[Remedy]) -> tuple[Any, ...]:
+    for remedy in remedies:
+        batch = remedy.on_inputs(batch)
+    return batch
+
+
+def apply_to_graph(graph: Any, remedies: list[Remedy]) -> Any:
+    for remedy in remedies:
+        graph = remedy.on_graph(graph)
+    return graph
+
+
+def apply_to_quantizer(quantizer: Any, remedies: list[Remedy]) -> Any:
+    for remedy in remedies:
+        quantizer = remedy.on_quantizer(quantizer)
+    return quantizer
+
+
+def apply_to_program(program: Any, remedies: list[Remedy]) -> ProgramIO | None:
+    io = None
+    for remedy in remedies:
+        io = remedy.on_program(program) or io
+    return io
+
