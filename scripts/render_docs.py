@@ -1,10 +1,11 @@
-"""Render docs/rules.md from the rule catalog in rules/*.yaml: `python scripts/render_docs.py`.
+"""Render docs/rules.md and the README's rule table from the rule catalog: `python scripts/render_docs.py`.
 
-tests/test_docs.py fails when the rendered page and the catalog disagree.
+tests/test_docs.py fails when either disagrees with the catalog.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -13,19 +14,32 @@ sys.path.insert(0, str(ROOT))
 
 from qlint.rules.catalog import load_catalog, render_rule  # noqa: E402
 
+README_TABLE = re.compile(r"(<!-- rules:start[^>]*-->\n).*?(<!-- rules:end -->)", re.S)
+
+
+def rule_table(link: str = "docs/rules.md") -> str:
+    """The code table both pages show: code, name, default severity, fix applicability, summary."""
+    rows = "\n".join(f"| [{r.code}]({link}#{r.name}-{r.code.lower()}) | {r.name} | {r.default_severity} | "
+                     f"{r.fix_text} | {r.summary} |" for r in load_catalog().values())
+    return f"| code | name | default severity | fix | summary |\n|---|---|---|---|---|\n{rows}\n"
+
 
 def render() -> str:
-    catalog = load_catalog()
-    index = "\n".join(f"| [{r.code}](#{r.name}-{r.code.lower()}) | {r.name} | {r.default_severity} | "
-                      f"{r.fix_text} | {r.summary} |" for r in catalog.values())
-    pages = "\n".join(render_rule(r).replace("# ", "## ", 1).replace("\n## ", "\n### ") for r in catalog.values())
+    pages = "\n".join(render_rule(r).replace("# ", "## ", 1).replace("\n## ", "\n### ")
+                      for r in load_catalog().values())
     return (
         "# Rules\n\n"
         "<!-- Generated from rules/*.yaml by scripts/render_docs.py; do not edit. -->\n\n"
-        "| code | name | default severity | fix | summary |\n|---|---|---|---|---|\n"
-        f"{index}\n\n{pages}"
+        f"{rule_table(link='')}\n{pages}"
     )
+
+
+def render_readme(readme: str) -> str:
+    """`readme` with the table between its rules markers rendered from the catalog."""
+    return README_TABLE.sub(lambda m: m[1] + rule_table() + m[2], readme)
 
 
 if __name__ == "__main__":
     (ROOT / "docs" / "rules.md").write_text(render(), encoding="utf-8")
+    readme = ROOT / "README.md"
+    readme.write_text(render_readme(readme.read_text(encoding="utf-8")), encoding="utf-8")

@@ -1,28 +1,78 @@
-"""The docs are rendered from the rule catalog and must not drift from it."""
+"""The docs are rendered from the rule catalog and the code, and must not drift from either."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [ROOT / "README.md", *DOCS]
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+PATH = re.compile(r"`((?:qlint|tests|scripts|examples|rules)/[\w/.-]*\.(?:py|yaml))`")
 
 
-def test_rules_page_is_rendered_from_the_catalog() -> None:
+def render_docs():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("render_docs", ROOT / "scripts" / "render_docs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_rules_page_and_readme_table_are_rendered_from_the_catalog() -> None:
+    module = render_docs()
     assert (ROOT / "docs" / "rules.md").read_text(encoding="utf-8") == module.render(), (
         "docs/rules.md is stale: run python scripts/render_docs.py"
     )
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert module.render_readme(readme) == readme, "README's rule table is stale: run python scripts/render_docs.py"
+    assert module.rule_table() in readme
 
 
-def test_readme_lists_every_rule() -> None:
+def test_readme_lists_every_rule_with_its_fix_applicability() -> None:
     from qlint.rules.catalog import load_catalog
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for rule in load_catalog().values():
-        assert f"`{rule.code}`" in readme and rule.name in readme
+        assert f"[{rule.code}](docs/rules.md#{rule.name}-{rule.code.lower()})" in readme
+        assert f"| {rule.name} | {rule.default_severity} | {rule.fix_text} |" in readme
+
+
+def test_readme_fits_on_a_page_and_links_every_docs_page() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.encode()) <= 12 * 1024
+    for page in DOCS:
+        assert f"](docs/{page.name})" in readme, page.name
+
+
+def test_every_relative_link_and_named_path_exists() -> None:
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for target in LINK.findall(text):
+            if "://" not in target:
+                assert (page.parent / target).exists(), f"{page.name}: {target}"
+        for path in PATH.findall(text):
+            assert (ROOT / path).exists(), f"{page.name}: {path}"
+
+
+def test_readme_commands_are_the_ones_ci_runs() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
+    assert blocks[:2] == ['pip install -e . && qlint check examples/attention.pt2',
+                          'pip install -e ".[test]" && python -m pytest']
+    assert (ROOT / ".ci" / "run").read_text().rstrip().endswith(blocks[1])
+
+
+def test_architecture_names_every_module_and_layer() -> None:
+    """docs/architecture.md says what each module holds: a module added without its line fails here."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    package = ROOT / "qlint"
+    for path in package.rglob("*.py"):
+        if path.name != "__init__.py" and path.name != "__main__.py" and path.name != "_compat.py":
+            assert re.search(rf"[`/]{re.escape(path.name)}`", page), path.relative_to(ROOT)
+    for layer in ("io", "rules", "settings", "static", "graph", "fix", "remedies", "report", "run", "cli"):
+        assert f"`qlint/{layer}/`" in page, layer
 
 
 def test_the_cause_classes_page_covers_every_written_check() -> None:
