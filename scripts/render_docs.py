@@ -1,6 +1,6 @@
 """Render docs/rules.md and the README's rule table from the rule catalog: `python scripts/render_docs.py`.
 
-tests/test_docs.py fails when either disagrees with the catalog.
+tests/unit/test_docs.py fails when either disagrees with the catalog.
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""Session-wide programs: each model is exported and quantized once per test run."""
+"""What every tier shares: paths, the CLI runner, and session-wide programs built on first use.
+
+Nothing here imports torch at module level, so `python -m pytest tests/unit` never loads it; the
+stack and the forkserver start only when a session collects a test outside tests/unit. Programs
+(quantized, linted, saved as .pt2) are built once per test process. Under pytest-xdist each worker
+is such a process, so tests are grouped by the model they read (`pytest_collection_modifyitems`):
+one worker builds each model, and a file's other tests stay together."""
 
 from __future__ import annotations
 
@@ -13,17 +19,41 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qlint.graph import stack  # noqa: E402
+UNIT = ROOT / "tests" / "unit"
+# Fixtures that build one model whatever the test: their tests join that model's group.
+MODEL_FIXTURES = {"sam_pt2": "make_two_way_transformer", "attention_plan": "make_attention"}
 
-stack.load()
+
+def in_unit_tier(item: pytest.Item) -> bool:
+    return item.path.is_relative_to(UNIT)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test joins the group of the model it reads (a `name` parameter, or a fixture that
+    builds one model), else its file's group: under `--dist loadgroup` a group runs on one worker,
+    so no model is exported, quantized or lowered by both."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        name = params.params.get("name") if params is not None else None
+        fixture = next((MODEL_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in MODEL_FIXTURES), None)
+        group = name if isinstance(name, str) and name.startswith("make_") else fixture or item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
+        if item.path.is_relative_to(ROOT / "tests" / "slow"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session", autouse=True)
-def forkserver() -> None:
-    """Child processes fork from a server that imports torch first: start it while other tests run."""
+def stack(request: pytest.FixtureRequest) -> None:
+    """The stack is loaded, and the forkserver children fork from started, only for a session
+    that has tests outside the torch-free unit tier."""
+    if all(in_unit_tier(item) for item in request.session.items):
+        return
+    from qlint.graph import stack
     from qlint.run.isolation import warm_up
 
-    warm_up()
+    stack.load()
+    warm_up()  # children fork from a server that imports torch first: start it while tests run
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -8,7 +8,7 @@ failed, and a fixed sentence per checker names the wrong one. Here each conditio
 is written out as executorch 1.5.1 states it (its own predicates are called where
 it has them: `is_channels_last`, `is_channel_broadcast`, `is_foldable_alpha`), and
 a failed condition carries the node's own values and the export change that meets
-it, or says that none does. `tests/test_executorch_corpus.py` holds these against
+it, or says that none does. `tests/slow/test_executorch_corpus.py` holds these against
 the checkers themselves on every node of ExecuTorch's own Cortex-M test models: a
 checker that refuses what these accept (or the reverse) fails the suite, which is
 how a new executorch release gets noticed.
@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from torch.fx import Node
+if TYPE_CHECKING:  # annotations only: the docs test reads the table without torch
+    from torch.fx import Node
 
 EXECUTORCH = "executorch 1.5.1"
 CHANNELS_LAST = ("export with model.to(memory_format=torch.channels_last) and channels_last example inputs "

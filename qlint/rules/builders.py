@@ -2,7 +2,7 @@
 
 The static tier (graph JSON, emulated float32) and the full check (lowered graph, torch) find the
 same islands in different ways; what they print about one is built here, so the two cannot drift
-(`tests/test_static.py` holds them to equal findings on every program of the suite).
+(`tests/full/test_static.py` holds them to equal findings on every program of the suite).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the graph computes) is computed in double and rounded once (exact: double has
 more than twice float32's precision, so the double rounding is innocuous); the
 exhaustive verdict runs every integer of the dtype at once in numpy float32
 (numpy is a dependency of ExecuTorch; torch is not imported).
-`tests/test_static.py` compares both with torch on every integer of every island
+`tests/full/test_static.py` compares both with torch on every integer of every island
 of the test corpus.
 """
 

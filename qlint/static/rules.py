@@ -9,7 +9,7 @@ evaluate, such as `aten.index` of a trained bias) is still reported, its verdict
 whether they are equal decides between QL001 and QL002, so as the fp32 island it is (QL002).
 Everything else that needs lowering (QL002, QL003, QL005, QL007, folds) is left to the full check.
 What a finding says comes from `qlint.rules.builders`, as the full check's does;
-`tests/test_static.py` holds the two tiers to the same findings on every `.pt2` of the test suite.
+`tests/full/test_static.py` holds the two tiers to the same findings on every `.pt2` of the test suite.
 """
 
 from __future__ import annotations

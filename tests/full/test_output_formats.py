@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import run_cli, run_json
+from conftest import ROOT, run_cli, run_json
 
 FINDING_FIELDS = {"code", "severity", "message", "artifact", "node", "location", "fixable", "details"}
 # ::error file=...,line=N,title=...::message  (GitHub workflow command syntax)
@@ -31,12 +31,12 @@ def test_json_carries_every_field(attention: Path, capsys: pytest.CaptureFixture
         assert finding["artifact"].endswith("attention.pt2")
     ql001 = next(f for f in data["findings"] if f["code"] == "QL001")
     assert ql001["node"] == "aten_div_tensor"
-    source = Path(__file__).resolve().parent.parent / "examples" / "models.py"
+    source = ROOT / "examples" / "models.py"
     line = [text.strip() for text in source.read_text().splitlines()].index("scores = scores / math.sqrt(self.dim)") + 1
     assert ql001["location"] == {
         "path": "examples/models.py", "line": line,
         "code": "scores = scores / math.sqrt(self.dim)",
-        "file": str(Path(__file__).resolve().parent.parent / "examples" / "models.py"),
+        "file": str(ROOT / "examples" / "models.py"),
     }
     assert ql001["details"]["constants"][0]["name"] == "_tensor_constant0"
     [stats] = data["artifacts"]

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
+from conftest import ROOT
 
 from qlint.cli.main import main
+
+pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
 
 ATTN_LINE = "attn = attn / math.sqrt(c_per_head)"
 SOURCE = "segment_anything/modeling/transformer.py"
@@ -33,7 +34,7 @@ def sam_from_pt2(sam_pt2: Path) -> tuple[int, dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def sam_from_target(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any]]:
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     folder = tmp_path_factory.mktemp("sam_target")
     config = folder / ".qlint.yaml"
     config.write_text(textwrap.dedent("""\

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
 
@@ -78,9 +78,9 @@ def test_cache_key_covers_qlint_code_and_rules(zoo: Path, tmp_path: Path, monkey
     from qlint.settings.config import Config
     from qlint.settings.options import RunOptions
 
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     fingerprint = cache.code_fingerprint.__wrapped__  # uncached: recomputed from the files each call
-    for edited in (root / "rules" / "QL001.yaml", root / "qlint" / "islands.py"):
+    for edited in (root / "rules" / "QL001.yaml", root / "qlint" / "graph" / "islands.py"):
         original = edited.read_bytes()
         before = fingerprint()
         try:

@@ -1,18 +1,23 @@
 """Golden output: every format and exit code on the bundled examples, byte for byte.
 
 The report is qlint's interface: a change in wording, order or numbers must be
-deliberate. Each format is compared with `tests/golden/`, the checkout's path
-written as `<root>`; `QLINT_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py`
+deliberate. Each format is compared with `tests/full/golden/` (SAM and the zoo in
+`tests/full/golden/models/`, recorded before the package was split into subpackages), the checkout's path
+written as `<root>`; `QLINT_UPDATE_GOLDEN=1 python -m pytest tests/full/test_golden.py`
 rewrites the files after an intended change (review the diff).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT, run_cli
+
+from examples.zoo import ZOO
 
 GOLDEN = Path(__file__).parent / "golden"
 EXAMPLES = ["examples/attention.pt2", "examples/layernorm.pt2"]
@@ -39,3 +44,25 @@ def test_output_is_unchanged(name: str, tmp_path_factory: pytest.TempPathFactory
     if os.environ.get("QLINT_UPDATE_GOLDEN"):
         path.write_text(got)
     assert got == path.read_text()
+
+
+MODELS = [f"make_{name}" for name in ZOO] + ["make_two_way_transformer"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_model_findings_are_unchanged(name: str, linted: Callable[..., Any]) -> None:
+    """SAM and every zoo model in text, JSON and SARIF, byte for byte: the findings of real
+    architectures (causes, source lines, constants, qparams) change only on purpose. Rendered from
+    the session's linted programs, so no model is lowered again for this."""
+    from qlint.report.formats import as_json, sarif, text
+    from qlint.rules.records import Report
+
+    checked = linted(name)
+    report = Report(findings=checked.findings, stats=[checked.stats])
+    for suffix, render in (("txt", text), ("json", as_json), ("sarif", sarif)):
+        got = render(report).replace(str(ROOT), "<root>")
+        path = GOLDEN / "models" / f"{name.removeprefix('make_')}.{suffix}"
+        if os.environ.get("QLINT_UPDATE_GOLDEN"):
+            path.write_text(got)
+        assert got == path.read_text(), path.name
