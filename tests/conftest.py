@@ -9,6 +9,7 @@ one worker builds each model, and a file's other tests stay together."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +21,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 UNIT = ROOT / "tests" / "unit"
+STORE_VERSIONED = ("torch", "executorch", "torchao", "transformers", "segment-anything")
 # Fixtures that build one model whatever the test: their tests join that model's group.
 MODEL_FIXTURES = {"sam_pt2": "make_two_way_transformer", "attention_plan": "make_attention"}
+
+
+def named_model(item: pytest.Item) -> str | None:
+    """The model a test builds by name in its body (`linted("make_mobilevit")`), if one."""
+    import inspect
+    import re
+
+    function = getattr(item, "function", None)
+    try:
+        source = inspect.getsource(function) if function is not None else ""
+    except (OSError, TypeError):
+        return None
+    named = set(re.findall(r"[\"'](make_\w+)[\"']", source))
+    return named.pop() if len(named) == 1 else None
 
 
 def in_unit_tier(item: pytest.Item) -> bool:
@@ -37,8 +53,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         params = getattr(item, "callspec", None)
         name = params.params.get("name") if params is not None else None
         fixture = next((MODEL_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in MODEL_FIXTURES), None)
-        group = name if isinstance(name, str) and name.startswith("make_") else fixture or item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
+        group = name if isinstance(name, str) and name.startswith("make_") else fixture or named_model(item)
+        item.add_marker(pytest.mark.xdist_group(group or item.path.name))
         if item.path.is_relative_to(ROOT / "tests" / "slow"):
             item.add_marker(pytest.mark.slow)
 
@@ -59,37 +75,67 @@ def stack(request: pytest.FixtureRequest) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Tests never read or write the user's result cache."""
-    import os
-
     folder = tmp_path_factory.mktemp("qlint-cache")
     os.environ["QLINT_CACHE_DIR"] = str(folder)
     return folder
 
 
 @pytest.fixture(scope="session")
-def quantized() -> Callable[..., Any]:
-    """`quantized("make_attention", int16=False)` -> a quantized ExportedProgram, cached."""
+def quantized(program_store: Path) -> Callable[..., Any]:
+    """`quantized("make_attention", int16=False)` -> a quantized ExportedProgram, built once.
+
+    In memory for the session; on disk (`program_store`) for the next run, since quantizing is most
+    of a large model's cost (the histogram observers' search: 4 minutes for MobileViT here)."""
+    import torch
+
     from examples import models, sam, zoo
     from qlint.graph.quantize import quantize
 
     cache: dict[tuple[str, bool], Any] = {}
 
+    def build(name: str, int16: bool) -> Any:
+        module = next(m for m in (models, sam, zoo) if hasattr(m, name))
+        model, example, calibration = getattr(module, name)()
+        config = None
+        if int16:
+            from executorch.backends.cortex_m.quantizer.quantization_configs import INT16_PER_TENSOR_CONFIG
+
+            config = INT16_PER_TENSOR_CONFIG
+        return quantize(model, example, calibration, config)
+
     def get(name: str, int16: bool = False) -> Any:
         if (name, int16) not in cache:
-            module = next(m for m in (models, sam, zoo) if hasattr(m, name))
-            factory = getattr(module, name)
-            model, example, calibration = factory()
-            config = None
-            if int16:
-                from executorch.backends.cortex_m.quantizer.quantization_configs import (
-                    INT16_PER_TENSOR_CONFIG,
-                )
-
-                config = INT16_PER_TENSOR_CONFIG
-            cache[(name, int16)] = quantize(model, example, calibration, config)
+            stored = program_store / f"{name}{'-int16' if int16 else ''}.pt2"
+            if not stored.exists():
+                program = build(name, int16)
+                temp = stored.with_name(f".{stored.name}.{os.getpid()}.tmp")  # two workers may race: rename wins
+                torch.export.save(program, str(temp))
+                temp.replace(stored)
+            cache[(name, int16)] = torch.export.load(str(stored))
         return cache[(name, int16)]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def program_store() -> Path:
+    """Quantized programs of earlier runs, under a folder keyed by the stack's versions and every
+    source that decides them (the example models, quantize and the stack loader): a change to any
+    of them builds afresh. Every program is read back from its file, whether just built or not, so
+    a run with an empty store tests what a run with a full one does."""
+    import hashlib
+    from importlib import metadata
+
+    sources = sorted([*(ROOT / "examples").glob("*.py"), ROOT / "qlint" / "graph" / "quantize.py",
+                      ROOT / "qlint" / "graph" / "stack.py"])
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.relative_to(ROOT).as_posix().encode() + b"\0" + source.read_bytes())
+    versions = "-".join(f"{name}{metadata.version(name)}" for name in STORE_VERSIONED)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = base / "qlint-test-programs" / f"{versions}-{digest.hexdigest()[:16]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -49,11 +49,13 @@ def code_fingerprint() -> str:
     Installs from different git revisions (a pre-commit `rev:` bump, an
     editable checkout) share a version number; their results must not.
     """
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]
     rules = Path(str(resources.files("qlint._rules")))
+    files = {f.relative_to(package).as_posix(): f for f in package.rglob("*.py") if "__pycache__" not in f.parts}
+    files.update({f"_rules/{f.name}": f for f in rules.glob("*.yaml")})
     digest = hashlib.sha256()
-    for file in sorted([*package.glob("*.py"), *rules.glob("*.yaml")], key=lambda f: f.name):
-        digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    for name, file in sorted(files.items()):
+        digest.update(name.encode() + b"\0" + file.read_bytes())
     return digest.hexdigest()
 
 
