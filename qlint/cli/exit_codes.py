@@ -1,4 +1,4 @@
-"""The exit codes of `qlint` (the one list; the README repeats it).
+"""The exit codes of `qlint` (the one list; docs/cli.md repeats it).
 
   0    no finding at error severity (`--fail-on` moves the line);
   1    findings at error severity;

@@ -324,7 +324,7 @@ class _Parser:
 
 
 DEFAULT_CONFIG = """\
-# qlint configuration: https://github.com/qlint/qlint#configuration
+# qlint configuration: https://github.com/qlint/qlint/blob/main/docs/configuration.md
 # Cortex-M CPU to lower for: cortex-m0 ... cortex-m85.
 target_cpu: cortex-m55
 
