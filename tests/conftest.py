@@ -119,16 +119,17 @@ def quantized(program_store: Path) -> Callable[..., Any]:
 
 @pytest.fixture(scope="session")
 def program_store() -> Path:
-    """Quantized programs of earlier runs, under a folder keyed by the stack's versions and every
-    source that decides them (the example models, quantize and the stack loader): a change to any
-    of them builds afresh. Every program is read back from its file, whether just built or not, so
+    """Quantized programs of earlier runs, under a folder keyed by the stack's versions, the
+    checkout (its path is in every node's stack trace, which findings locate) and every source that
+    decides them (the example models, quantize and the stack loader): a change to any of them
+    builds afresh. Every program is read back from its file, whether just built or not, so
     a run with an empty store tests what a run with a full one does."""
     import hashlib
     from importlib import metadata
 
     sources = sorted([*(ROOT / "examples").glob("*.py"), ROOT / "qlint" / "graph" / "quantize.py",
                       ROOT / "qlint" / "graph" / "stack.py"])
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(str(ROOT).encode())  # a program's stack traces name the checkout that built it
     for source in sources:
         digest.update(source.relative_to(ROOT).as_posix().encode() + b"\0" + source.read_bytes())
     versions = "-".join(f"{name}{metadata.version(name)}" for name in STORE_VERSIONED)
