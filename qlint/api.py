@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qlint.fix.apply import FixError, FixResult, VerificationError, verification_inputs
 from qlint.rules.records import Finding, RemedyReport
 from qlint.settings.config import Config, RemedyName
+
+if TYPE_CHECKING:
+    from qlint.graph.rules import Linted
 
 __all__ = ["Config", "FixError", "FixResult", "Remedied", "VerificationError", "fix", "lint", "remedy"]
 
@@ -34,12 +37,15 @@ def fix(
     *,
     artifact: str = "<program>",
     seeds: int = 8,
+    linted: Linted | None = None,
 ) -> FixResult:
     """Fold what can be folded exactly and return the verified `.pte` bytes.
 
     `inputs` are batches of example inputs; `seeds` seeded random batches of the
-    same shapes are added for verification. Raises FixError or
-    VerificationError; nothing is returned half-done.
+    same shapes are added for verification. `linted`, the program's
+    `qlint.graph.lint.lint_program` with the same config, saves lowering it again
+    (it is left unfolded). Raises FixError or VerificationError; nothing is
+    returned half-done.
     """
     from qlint.fix.apply import fix_program
     from qlint.graph.readers import sample_inputs
@@ -47,7 +53,8 @@ def fix(
     saved = sample_inputs(program)
     batches = list(inputs) or ([saved] if saved else [])
     return fix_program(
-        program, artifact, config or Config(), verification_inputs(batches[0] if batches else None, batches[1:], seeds)
+        program, artifact, config or Config(), verification_inputs(batches[0] if batches else None, batches[1:], seeds),
+        linted=linted,
     )
 
 

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 UNIT = ROOT / "tests" / "unit"
+CHECKOUT = "<qlint-checkout>"  # the checkout's path in stored programs
 STORE_VERSIONED = ("torch", "executorch", "torchao", "transformers", "segment-anything")
 # Fixtures that build one model whatever the test: their tests join that model's group.
 MODEL_FIXTURES = {"sam_pt2": "make_two_way_transformer", "attention_plan": "make_attention"}
@@ -107,29 +108,42 @@ def quantized(program_store: Path) -> Callable[..., Any]:
         if (name, int16) not in cache:
             stored = program_store / f"{name}{'-int16' if int16 else ''}.pt2"
             if not stored.exists():
-                program = build(name, int16)
+                program = relocated(build(name, int16), str(ROOT), CHECKOUT)
                 temp = stored.with_name(f".{stored.name}.{os.getpid()}.tmp")  # two workers may race: rename wins
                 torch.export.save(program, str(temp))
                 temp.replace(stored)
-            cache[(name, int16)] = torch.export.load(str(stored))
+            cache[(name, int16)] = relocated(torch.export.load(str(stored)), CHECKOUT, str(ROOT))
         return cache[(name, int16)]
 
     return get
 
 
+def relocated(program: Any, old: str, new: str) -> Any:
+    """`program` with `old` replaced by `new` in every node's stack trace (where findings find the model
+    source): stored programs name the checkout as CHECKOUT, so any clone reads them as its own."""
+    import torch
+
+    for module in program.graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                if isinstance(node.meta.get("stack_trace"), str):
+                    node.meta["stack_trace"] = node.meta["stack_trace"].replace(old, new)
+    return program
+
+
 @pytest.fixture(scope="session")
 def program_store() -> Path:
-    """Quantized programs of earlier runs, under a folder keyed by the stack's versions, the
-    checkout (its path is in every node's stack trace, which findings locate) and every source that
-    decides them (the example models, quantize and the stack loader): a change to any of them
-    builds afresh. Every program is read back from its file, whether just built or not, so
-    a run with an empty store tests what a run with a full one does."""
+    """Quantized programs of earlier runs, under a folder keyed by the stack's versions and every
+    source that decides them (the example models, quantize and the stack loader): a change to any
+    of them builds afresh. The checkout's path in their stack traces is stored as CHECKOUT, so a
+    fresh clone reuses them. Every program is read back from its file, whether just built or not,
+    so a run with an empty store tests what a run with a full one does."""
     import hashlib
     from importlib import metadata
 
     sources = sorted([*(ROOT / "examples").glob("*.py"), ROOT / "qlint" / "graph" / "quantize.py",
                       ROOT / "qlint" / "graph" / "stack.py"])
-    digest = hashlib.sha256(str(ROOT).encode())  # a program's stack traces name the checkout that built it
+    digest = hashlib.sha256(CHECKOUT.encode())  # programs stored with the checkout as CHECKOUT
     for source in sources:
         digest.update(source.relative_to(ROOT).as_posix().encode() + b"\0" + source.read_bytes())
     versions = "-".join(f"{name}{metadata.version(name)}" for name in STORE_VERSIONED)
@@ -154,6 +168,22 @@ def linted(quantized: Callable[..., Any]) -> Callable[..., Any]:
     def get(name: str, int16: bool = False) -> Any:
         if (name, int16) not in cache:
             cache[(name, int16)] = lint_program(quantized(name, int16), name, Config())
+        return cache[(name, int16)]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def fixed(quantized: Callable[..., Any], linted: Callable[..., Any]) -> Callable[..., Any]:
+    """`fixed("make_pool")` -> `qlint.api.fix` of the model with the default config, verified on its
+    example and 8 seeded batches; folds a copy of `linted(...)`'s lowered program, so nothing is lowered twice."""
+    from qlint.api import fix
+
+    cache: dict[tuple[str, bool], Any] = {}
+
+    def get(name: str, int16: bool = False) -> Any:
+        if (name, int16) not in cache:
+            cache[(name, int16)] = fix(quantized(name, int16), artifact=name, linted=linted(name, int16))
         return cache[(name, int16)]
 
     return get

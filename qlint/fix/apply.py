@@ -11,7 +11,7 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch.fx import Node
@@ -19,10 +19,14 @@ from torch.fx import Node
 from qlint.graph.folds import Fold, FoldKind
 from qlint.graph.islands import fp32_compute, requantize_pairs
 from qlint.graph.memory import plan_memory
+from qlint.graph.regions import Evaluations, moved_evaluations
 from qlint.graph.view import GraphView, constant_inputs, input_node, output_dtype
 from qlint.rules.records import AppliedFold, ArtifactStats, Finding, FixSummary, LeftIsland, LivePeak, MemoryTimeline
 from qlint.settings.config import Config
 from qlint.settings.options import RunOptions
+
+if TYPE_CHECKING:
+    from qlint.graph.rules import Linted
 
 
 class FixError(Exception):
@@ -202,15 +206,31 @@ class FixResult:
     program: Any = None  # the folded, lowered ExportedProgram
 
 
+def detached(linted: Linted) -> tuple[Any, list[Fold], Evaluations]:
+    """A copy of the lowered program with the folds and evaluations moved onto it, so folding leaves `linted` whole.
+
+    Copying costs less than lowering again, and a `Linted` that callers keep (a
+    check's report, a test's shared program) must not change under them.
+    """
+    assert linted.lowered is not None
+    lowered = copy.deepcopy(linted.lowered)
+    nodes = {n.name: n for n in lowered.graph.nodes}
+    return lowered, [f.moved(nodes) for f in linted.folds], moved_evaluations(linted.analysis.evaluations, nodes)
+
+
 def fix_program(
     program: Any,
     artifact: str,
     config: Config,
     inputs: Sequence[tuple[Any, ...]],
     options: RunOptions | None = None,
+    *,
+    linted: Linted | None = None,
 ) -> FixResult:
     """Lower, fold every island of an enabled rule that has a proven fold, verify, and serialize.
 
+    `linted` is an earlier `lint_program(program, artifact, config, options)`:
+    its lowered program is copied instead of lowering again, and stays unfolded.
     With `options.fix.dry_run` (`--diff`) only the plan is returned. Raises
     FixError when the program does not lower, and VerificationError when the
     folded program's outputs differ from the unfolded one's on any input.
@@ -223,7 +243,7 @@ def fix_program(
 
     options = options or RunOptions()
     dry_run = options.fix is not None and options.fix.dry_run
-    linted = lint_program(program, artifact, config, options)
+    linted = linted or lint_program(program, artifact, config, options)
     if linted.failure is not None:
         raise FixError(f"cannot fix: {lowering_message(linted.failure)}")
     invalid = next((f.message for f in linted.findings if f.code == "QL007"), None)
@@ -234,11 +254,10 @@ def fix_program(
         raise FixError(f"cannot fix: {invalid}")
     if not inputs and not dry_run:
         raise FixError("cannot verify a fix without inputs: the program carries no sample inputs")
-    lowered, folds = linted.lowered, linted.folds
-    assert lowered is not None
+    assert linted.lowered is not None
     summary = FixSummary(
         artifact=artifact,
-        folds=[AppliedFold(f.code, f.anchor.name, f.kind, f.describe()) for f in folds],
+        folds=[AppliedFold(f.code, f.anchor.name, f.kind, f.describe()) for f in linted.folds],
         left=[LeftIsland(item.code, item.anchor.name, item.reason) for item in linted.left],
         islands_found=len(linted.analysis.islands),
         lowering_repair=options.order == LoweringOrder.REPAIRED and needs_repair(program),
@@ -249,6 +268,7 @@ def fix_program(
         summary.fp32_ops = (ops_before, ops_before)
         summary.fp32_elements = (elements_before, elements_before)
         return FixResult(summary, linted.findings, linted.stats, None)
+    lowered, folds, evaluations = detached(linted)
     before = to_pte(lowered, config.root, "unfixed")
     try:
         reference = run_program(lowered, inputs)
@@ -263,7 +283,7 @@ def fix_program(
     lowered.graph_module.recompile()
     require_same_outputs(reference, run_program(lowered, inputs))
     view = GraphView(lowered, quantized=program)
-    after_fix = run_rules(view, artifact, config, verbose=options.verbose, evaluations=linted.analysis.evaluations)
+    after_fix = run_rules(view, artifact, config, verbose=options.verbose, evaluations=evaluations)
     after = to_pte(lowered, config.root, "fixed")
     summary.fp32_ops = (ops_before, float_op_count(view))
     summary.fp32_elements = (elements_before, after_fix.stats.fp32_elements)

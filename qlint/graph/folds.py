@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch.fx import Node
@@ -55,6 +56,22 @@ class Fold:
     values: dict[Node, torch.Tensor] = field(default_factory=dict)  # constant: per result, what is stored
     reshapes: list[Node] = field(default_factory=list)              # shape ops to replay on the integers
     scale: float | None = None                                      # rescale: new output scale
+
+    def moved(self, nodes: Mapping[str, Node]) -> Fold:
+        """This fold on a copy of its graph (nodes matched by name): folding the copy leaves this graph as it was."""
+        def at(node: Node) -> Node:
+            return nodes[node.name]
+
+        return replace(
+            self,
+            anchor=at(self.anchor),
+            dq=at(self.dq) if self.dq is not None else None,
+            outputs=[at(n) for n in self.outputs],
+            removed=[at(n) for n in self.removed],
+            luts={at(n): t for n, t in self.luts.items()},
+            values={at(n): t for n, t in self.values.items()},
+            reshapes=[at(n) for n in self.reshapes],
+        )
 
     def describe(self) -> str:
         if self.kind == FoldKind.CONSTANT:

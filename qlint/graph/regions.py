@@ -9,8 +9,8 @@ finding, the fold plan and the check of the fixed program.
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -99,6 +99,17 @@ class ConstantSubgraph:
 # Shared by the records of one run: the fixed program keeps the nodes of the
 # regions it did not fold, so their evaluations carry over.
 Evaluations = dict[tuple[Node, ...], "Exhaustive | None"]
+
+
+def moved_evaluations(evaluations: Evaluations, nodes: Mapping[str, Node]) -> Evaluations:
+    """`evaluations` keyed by the nodes of a copy of their graph (matched by name), so a fix of the copy reuses them."""
+    def at(node: Node) -> Node:
+        return nodes[node.name]
+
+    def moved(found: Exhaustive | None) -> Exhaustive | None:
+        return None if found is None else replace(found, outputs={at(n): t for n, t in found.outputs.items()})
+
+    return {tuple(at(n) for n in key): moved(found) for key, found in evaluations.items()}
 
 
 @dataclass(eq=False)

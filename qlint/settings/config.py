@@ -343,6 +343,9 @@ rules:
   QL003: error
   QL004: warning
   QL005: warning
+  QL006: off
+  QL007: error
+  QL008: warning
 
 # QL005 fires when the share of compute ops running as int kernels is below this.
 coverage_threshold: 0.9

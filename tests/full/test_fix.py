@@ -53,9 +53,10 @@ def seeded(template: tuple[Any, ...], n: int = 8) -> list[tuple[Any, ...]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("factory", ["make_attention", "make_attention_mul", "make_multi_head"])
-def test_attention_scale_folds_and_is_bit_exact(linted: Callable[..., Any], quantized: Callable[..., Any], factory: str) -> None:
-    program = quantized(factory)
-    result = fix(program, [example(factory)])
+def test_attention_scale_folds_and_is_bit_exact(
+    fixed: Callable[..., Any], linted: Callable[..., Any], factory: str
+) -> None:
+    result = fixed(factory)
     kinds = {f.code: f.kind for f in result.summary.folds}
     assert kinds["QL001"] in ("identity", "table") and kinds["QL004"] == "table"
     assert result.summary.left == []
@@ -68,14 +69,15 @@ def test_attention_scale_folds_and_is_bit_exact(linted: Callable[..., Any], quan
 
 
 @pytest.mark.slow
-def test_scale_feeding_pool_keeps_the_pool_scale(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
-    program = quantized("make_pool")
+def test_scale_feeding_pool_keeps_the_pool_scale(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
     unfixed = linted("make_pool").lowered
     pool_args = literal_args(unfixed, "avg_pool")
     assert pool_args  # the pool's baked-in zero point, multiplier and shift
-    result = fix(program, [example("make_pool")])
+    result = fixed("make_pool")
     assert [f.kind for f in result.summary.folds] == ["table"]
     assert literal_args(result.program, "avg_pool") == pool_args
+    # The fix folded a copy: the linted program it started from still has its island and no table.
+    assert "aten.div.Tensor" in ops(unfixed) and luts(unfixed) == [] and len(luts(result.program)) == 1
     assert result.summary.activation_bytes == (2048, 1280)
     # Before, the island's fp32 buffers set the live peak; after, the fp32 model input does.
     assert result.summary.live_peak_bytes == (2048, 1280)
@@ -83,7 +85,9 @@ def test_scale_feeding_pool_keeps_the_pool_scale(linted: Callable[..., Any], qua
     assert_same_outputs(unfixed, result.program, seeded(example("make_pool")))
 
 
-def test_table_fold_maps_all_256_inputs_like_the_island(quantized: Callable[..., Any]) -> None:
+def test_table_fold_maps_all_256_inputs_like_the_island(
+    fixed: Callable[..., Any], quantized: Callable[..., Any]
+) -> None:
     """The table, read back from the fixed program, against the island's math on every int8."""
     program = quantized("make_pool")
     [finding] = [f for f in lint(program) if f.code == "QL001"]
@@ -94,27 +98,26 @@ def test_table_fold_maps_all_256_inputs_like_the_island(quantized: Callable[...,
     expected = torch.ops.quantized_decomposed.quantize_per_tensor(
         dq / torch.tensor(divisor), qout["scale"], qout["zero_point"], -128, 127, torch.int8
     )
-    [lut] = luts(fix(program, [example("make_pool")]).program)
+    [lut] = luts(fixed("make_pool").program)
     assert lut.dtype == torch.int8 and lut.shape == (256,)
     assert torch.equal(lut[q.to(torch.int64) + 128], expected)
     assert len(set(expected.tolist())) > 10  # a real function, not a constant table
 
 
 @pytest.mark.slow
-def test_constant_first_island_becomes_a_table(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
-    program = quantized("make_constant_first")
-    result = fix(program, [example("make_constant_first")])
+def test_constant_first_island_becomes_a_table(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
+    result = fixed("make_constant_first")
     assert [(f.code, f.kind) for f in result.summary.folds] == [("QL002", "table")]
     unfixed = linted("make_constant_first").lowered
     assert_same_outputs(unfixed, result.program, seeded(example("make_constant_first")))
 
 
 @pytest.mark.slow
-def test_runtime_divisor_and_layer_norm_are_left_with_reasons(quantized: Callable[..., Any]) -> None:
-    result = fix(quantized("make_runtime_divisor"), [example("make_runtime_divisor")])
+def test_runtime_divisor_and_layer_norm_are_left_with_reasons(fixed: Callable[..., Any]) -> None:
+    result = fixed("make_runtime_divisor")
     [left] = result.summary.left
     assert left.code == "QL002" and "runtime (non-constant) operand aten.amax.default" in left.reason
-    result = fix(quantized("make_norm"), [example("make_norm")])
+    result = fixed("make_norm")
     [left] = result.summary.left
     assert left.reason == "data-dependent normalization (aten.native_layer_norm.default)"
     # The LayerNorm sets the peak: its fp32 input and output (8x16 each) plus mean and rstd (8 each).
@@ -124,9 +127,9 @@ def test_runtime_divisor_and_layer_norm_are_left_with_reasons(quantized: Callabl
 
 
 @pytest.mark.slow
-def test_int16_guards_leave_the_island_and_say_why(quantized: Callable[..., Any]) -> None:
+def test_int16_guards_leave_the_island_and_say_why(fixed: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     program = quantized("make_scale", int16=True)
-    result = fix(program, [example("make_scale")])
+    result = fixed("make_scale", int16=True)
     [left] = result.summary.left
     assert left.reason == "blocked by fold.dtypes: int16 not in [int8]"
     assert "aten.div.Tensor" in ops(result.program)
@@ -150,8 +153,8 @@ def test_clamp_range_guard() -> None:
 
 
 @pytest.mark.slow
-def test_fix_is_idempotent(quantized: Callable[..., Any]) -> None:
-    result = fix(quantized("make_multi_head"), [example("make_multi_head")])
+def test_fix_is_idempotent(fixed: Callable[..., Any]) -> None:
+    result = fixed("make_multi_head")
     again = run_rules(GraphView(result.program), "mha", Config())
     assert again.plans == [] and again.analysis.islands == []
 
@@ -213,7 +216,7 @@ def test_sam_memory_plot_draws_the_reported_plan(sam_fixed: tuple[dict[str, Any]
 
 
 @pytest.mark.slow
-def test_sam_fix(sam_fixed: tuple[dict[str, Any], Path], quantized: Callable[..., Any]) -> None:
+def test_sam_fix(sam_fixed: tuple[dict[str, Any], Path]) -> None:
     data, pte = sam_fixed
     assert data["code"] == 0  # only warnings (LayerNorm) remain
     assert not [f for f in data["findings"] if f["code"] == "QL001"]
@@ -343,9 +346,10 @@ def test_verification_mismatch_writes_nothing(
 
 
 @pytest.mark.slow
-def test_chain_with_reshape_folds_to_a_table_after_the_reshape(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
-    program = quantized("make_scale_chain")
-    result = fix(program, [example("make_scale_chain")])
+def test_chain_with_reshape_folds_to_a_table_after_the_reshape(
+    fixed: Callable[..., Any], linted: Callable[..., Any]
+) -> None:
+    result = fixed("make_scale_chain")
     [fold] = result.summary.folds
     assert fold.kind == "table" and "aten.view_copy.default on integers" in fold.change
     assert not any(o.startswith(("aten.mul", "aten.div")) for o in ops(result.program))
@@ -396,12 +400,11 @@ def test_int16_power_of_two_scale_folds_into_the_output_quantize(quantized: Call
     ("make_split_island", "table", "aten.split_with_sizes_copy.default"),
 ])
 @pytest.mark.slow
-def test_shape_ops_inside_an_island_are_replayed_on_the_integers(linted: Callable[..., Any],
-    quantized: Callable[..., Any], factory: str, kind: str, replayed: str
+def test_shape_ops_inside_an_island_are_replayed_on_the_integers(
+    fixed: Callable[..., Any], linted: Callable[..., Any], factory: str, kind: str, replayed: str
 ) -> None:
     """An identity must still reshape; a square transpose keeps the shape but not the layout."""
-    program = quantized(factory)
-    result = fix(program, [example(factory)])
+    result = fixed(factory)
     [fold] = result.summary.folds
     assert fold.kind == kind and f"{replayed} on integers" in fold.change
     assert not any(o.startswith(("aten.mul", "aten.div")) for o in ops(result.program))
@@ -412,11 +415,10 @@ def test_shape_ops_inside_an_island_are_replayed_on_the_integers(linted: Callabl
 
 @pytest.mark.slow
 def test_a_dtype_conversion_inside_an_island_is_evaluated_not_replayed(
-    linted: Callable[..., Any], quantized: Callable[..., Any]
+    fixed: Callable[..., Any], linted: Callable[..., Any]
 ) -> None:
     """`.to(float16)` rounds: the table must include that rounding, and no conversion is replayed on int8."""
-    program = quantized("make_half_precision_island")
-    result = fix(program, [example("make_half_precision_island")])
+    result = fixed("make_half_precision_island")
     [fold] = result.summary.folds
     assert fold.kind == "table" and "on integers" not in fold.change
     assert not any("to_dim_order_copy" in o or o.startswith(("aten.mul", "aten.div")) for o in ops(result.program))
@@ -436,23 +438,22 @@ def test_a_dtype_conversion_inside_an_island_is_evaluated_not_replayed(
 
 
 @pytest.mark.slow
-def test_a_per_channel_constant_is_reported_and_left_not_evaluated(quantized: Callable[..., Any]) -> None:
+def test_a_per_channel_constant_is_reported_and_left_not_evaluated(
+    fixed: Callable[..., Any], quantized: Callable[..., Any]
+) -> None:
     """A constant that differs by position makes the island no function of one integer: no table."""
     program = quantized("make_per_channel_scale")
     [finding] = [f for f in lint(program) if f.code == "QL002"]
     assert "per-channel constant" in finding.message and not finding.fixable
-    result = fix(program, [example("make_per_channel_scale")])
+    result = fixed("make_per_channel_scale")
     assert result.summary.folds == []
     assert [item.reason for item in result.summary.left] == [
         "aten.abs.default: no CortexMQuantizer pattern covers it; per-channel constant _tensor_constant0 (16 elements)"]
 
 
 @pytest.mark.slow
-def test_a_uniform_vector_constant_folds_like_a_scalar(
-    linted: Callable[..., Any], quantized: Callable[..., Any]
-) -> None:
-    program = quantized("make_uniform_vector_scale")
-    result = fix(program, [example("make_uniform_vector_scale")])
+def test_a_uniform_vector_constant_folds_like_a_scalar(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
+    result = fixed("make_uniform_vector_scale")
     [fold] = result.summary.folds  # QL002: the island is x / w then abs
     assert fold.code == "QL002" and fold.kind == "table"
     unfixed = linted("make_uniform_vector_scale").lowered
@@ -477,8 +478,8 @@ def test_a_program_executorch_cannot_serialize_is_a_one_line_error() -> None:
 
 
 @pytest.mark.slow
-def test_a_scale_with_an_in_graph_mask_folds_bit_exact(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
-    result = fix(quantized("make_masked_attention"), [example("make_masked_attention")])
+def test_a_scale_with_an_in_graph_mask_folds_bit_exact(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
+    result = fixed("make_masked_attention")
     assert sorted((f.code, f.kind) for f in result.summary.folds) == [("QL001", "identity"), ("QL004", "table")]
     assert not any(o.startswith(("aten.mul", "aten.add", "aten.full")) for o in ops(result.program))
     # The mask's aten.full is fp32 work (QL008); it feeds an int kernel as floats, so it is not stored, but

@@ -28,6 +28,7 @@ RUNS = {
     "check.md": ["check", *EXAMPLES, "--output-format", "markdown"],
     "check.github": ["check", *EXAMPLES, "--output-format", "github"],
     "static.json": ["check", "--static", *EXAMPLES, "--output-format", "json"],
+    "readme.txt": ["check", EXAMPLES[0]],  # README's example (tests/unit/test_docs.py compares them)
 }
 
 

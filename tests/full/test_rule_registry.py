@@ -114,11 +114,18 @@ def test_the_fixed_program_reuses_the_evaluations_of_what_it_kept(
     quantized: Callable[..., Any], evaluations: Counter[tuple[str, ...]]
 ) -> None:
     """int16 with the default guards: the QL001 island is evaluated for its finding, its fold
-    is blocked, and the check of the (unchanged) fixed program does not evaluate it again."""
-    result = fix(quantized("make_scale", int16=True), [example("make_scale")])
+    is blocked, and the check of the (unchanged) fixed program does not evaluate it again.
+    Fixing a copy of an earlier lint reuses that lint's evaluation, moved onto the copy's nodes."""
+    program = quantized("make_scale", int16=True)
+    result = fix(program, [example("make_scale")])
     assert [f.code for f in result.findings if f.code == "QL001"] == ["QL001"]
     assert [left.reason for left in result.summary.left] == ["blocked by fold.dtypes: int16 not in [int8]"]
     assert list(evaluations.values()) == [1]
+    linted = lint_program(program, "<program>", Config())
+    assert list(evaluations.values()) == [2]
+    again = fix(program, [example("make_scale")], linted=linted)
+    assert list(evaluations.values()) == [2]
+    assert again.pte == result.pte and again.findings == result.findings and again.summary == result.summary
 
 
 def test_a_deselected_rule_does_no_analysis(
@@ -136,13 +143,13 @@ def test_a_deselected_rule_does_no_analysis(
 
 
 @pytest.mark.slow
-def test_fix_leaves_what_a_deselected_rule_would_fold(quantized: Callable[..., Any]) -> None:
+def test_fix_leaves_what_a_deselected_rule_would_fold(fixed: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     """ruff's rule: --fix fixes only what the selected rules report."""
     from qlint.graph.islands import requantize_pairs
     from qlint.graph.view import GraphView
 
     program = quantized("make_attention")
-    everything = fix(program, [example("make_attention")])
+    everything = fixed("make_attention")
     assert sorted(f.code for f in everything.summary.folds) == ["QL001", "QL004"]
     assert requantize_pairs(GraphView(everything.program)) == []
     without_ql004 = fix(program, [example("make_attention")], Config(ignore=("QL004",)))

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from examples.zoo import ZOO
-from qlint.api import fix
 from qlint.graph.pte import lint_pte
 from qlint.graph.view import op_name
 from qlint.settings.config import Config
@@ -29,19 +28,6 @@ def codes(findings: list[Any]) -> Counter[str]:
 
 def scales(findings: list[Any]) -> list[Any]:
     return [f for f in findings if f.code == "QL001"]
-
-
-@pytest.fixture(scope="module")
-def fixed(quantized: Callable[..., Any]) -> Callable[[str], Any]:
-    """`fixed("make_bert")` -> qlint's fix of the model, verified on its example and 8 seeded batches."""
-    cache: dict[str, Any] = {}
-
-    def get(name: str) -> Any:
-        if name not in cache:
-            cache[name] = fix(quantized(name), artifact=name)
-        return cache[name]
-
-    return get
 
 
 @pytest.mark.parametrize("name", ZOO_MODELS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from dataclasses import fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,3 +86,64 @@ def test_the_cause_classes_page_covers_every_written_check() -> None:
         assert f"`{check}`" in page, check
     assert conditions.EXECUTORCH in page
     assert "(docs/causes.md)" in (ROOT / "README.md").read_text()
+
+
+def fenced_block_after(text: str, marker: str) -> str:
+    """The body of the first fenced code block after `marker`."""
+    start = text.index("```", text.index(marker))
+    body = text.index("\n", start) + 1
+    return text[body:text.index("```", body)]
+
+
+def test_readme_example_is_the_real_output() -> None:
+    """README quotes `qlint check examples/attention.pt2`; tests/full/test_golden.py holds
+    golden/readme.txt to that run, and here the quote to golden/readme.txt ("..." elides lines)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quoted = fenced_block_after(readme, "# qlint")
+    command, *shown = quoted.rstrip("\n").split("\n")
+    assert command == "$ qlint check examples/attention.pt2"
+    golden = (ROOT / "tests" / "full" / "golden" / "readme.txt").read_text(encoding="utf-8")
+    exit_line, *real = golden.rstrip("\n").split("\n")
+    assert exit_line == "exit 1"
+    pattern = "\n".join("[\\s\\S]*" if line == "..." else re.escape(line) for line in shown)
+    assert re.fullmatch(pattern, "\n".join(real)), "README's example is not qlint's output: see golden/readme.txt"
+
+
+def test_cli_page_names_every_option_command_and_exit_code() -> None:
+    from qlint.cli import exit_codes, main
+
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    parser = main.build_parser()
+    for name, command in parser.commands.items():
+        assert f"qlint {name}" in page, name
+        for action in command._actions:
+            for option in set(action.option_strings) - {"-h", "--help"}:
+                assert re.search(rf"(?<![\w-]){option}(?![\w-])", page), f"qlint {name} {option}"
+            if action.choices and action.option_strings and action.dest != "target_cpu":  # CPUs: "m0 ... m85"
+                assert f"{action.option_strings[0]} {'|'.join(action.choices)}" in page, action.option_strings
+    for code in (exit_codes.EXIT_OK, exit_codes.EXIT_FINDINGS, exit_codes.EXIT_ERROR, exit_codes.EXIT_INTERRUPTED):
+        assert f"**{code}**" in page, code
+
+
+def test_configuration_page_quotes_what_init_writes() -> None:
+    from qlint.settings.config import DEFAULT_CONFIG
+
+    from qlint.rules.catalog import load_catalog
+    from qlint.settings.config import RemedyName
+
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert fenced_block_after(page, "`qlint init` writes") == DEFAULT_CONFIG
+    for rule in load_catalog().values():  # every rule at its default severity
+        assert f"\n  {rule.code}: {rule.default_severity}\n" in DEFAULT_CONFIG, rule.code
+    assert f"Known: {', '.join(RemedyName)}." in " ".join(DEFAULT_CONFIG.replace("# ", "").split())
+
+
+def test_documented_limits_are_the_defaults() -> None:
+    from qlint.io.limits import Limits
+    from qlint.settings.config import DEFAULT_CONFIG
+
+    table = dict(re.findall(r"^\| `(\w+)` \| ([\d.]+) \|", (ROOT / "docs" / "inputs.md").read_text(), re.M))
+    for field in fields(Limits):
+        default = f"{getattr(Limits(), field.name):g}"
+        assert table.get(field.name) == default, field.name
+        assert f"{field.name}: {default}" in DEFAULT_CONFIG, field.name
