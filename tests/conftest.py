@@ -241,6 +241,20 @@ def run_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     return code, json.loads(out)
 
 
+# Runs qlint in a fresh interpreter and prints the heavy packages it imported (`HEAVY=torch,...`).
+TORCH_PROBE = (
+    "import sys\n"
+    "from qlint.cli.main import main\n"
+    "try:\n"
+    "    code = main(sys.argv[1:])\n"
+    "except SystemExit as exc:\n"
+    "    code = exc.code\n"
+    "heavy = sorted(m for m in ('torch', 'executorch', 'torchao') if m in sys.modules)\n"
+    "print('HEAVY=' + ','.join(heavy))\n"
+    "raise SystemExit(code)\n"
+)
+
+
 # Runs qlint in a fresh interpreter and prints its peak memory on stderr (`MAXRSS_KB=`).
 # VmHWM, not getrusage: Linux carries the parent's peak into a vfork-spawned child's ru_maxrss,
 # so a large pytest process would be measured instead of qlint.

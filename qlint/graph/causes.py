@@ -79,6 +79,21 @@ UNFUSED = ("fix: write the attention unfused (`q @ k.transpose(-2, -1) * scale`,
            "so each op meets its quantizer pattern (for a config target: the unfused-attention remedy)")
 
 
+LAYER_NORM_OPS = ("layer_norm", "native_layer_norm")
+REBUILD_LAYER_NORM = ("fix: rebuild it from linear, add, mul and an rsqrt table, which have int8 kernels "
+                      "(for a config target: the int8-layernorm remedy)")
+
+
+def normalization(ops: list[str]) -> str:
+    """Why normalization `ops` stayed fp32. For a LayerNorm, that no CortexMQuantizer pattern starts
+    with it (read from the pinned quantizer: a release that adds one drops this) and how to rebuild it."""
+    text = f"data-dependent normalization ({', '.join(ops)})"
+    layer_norm = any(base_name(op).lstrip("_") in LAYER_NORM_OPS for op in ops)
+    if layer_norm and not any(pattern[0] in LAYER_NORM_OPS for pattern, _ in _patterns()):
+        text += f": CortexMQuantizer has no layer_norm pattern, so no Cortex-M kernel runs it; {REBUILD_LAYER_NORM}"
+    return text
+
+
 def _from_sdpa(node: Node) -> bool:
     """Decomposed from `F.scaled_dot_product_attention` (export records the op it came from)."""
     origins = [str(node.meta.get("original_aten", ""))]

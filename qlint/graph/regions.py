@@ -17,7 +17,7 @@ from typing import Any, cast
 import torch
 from torch.fx import Node
 
-from qlint.graph.causes import cause_of, causes
+from qlint.graph.causes import cause_of, causes, normalization
 from qlint.graph.evaluate import evaluate, input_domain, not_per_integer, runtime_input
 from qlint.graph.islands import Island, find_constant_subgraphs, find_islands, fp32_numel, requantize_pairs, results
 from qlint.graph.view import Constant, GraphView, Kind, base_name, op_name
@@ -180,7 +180,7 @@ def classify(view: GraphView, island: Island, max_elements: int, root: Path = Pa
     if norm:
         # Other ops in the same island (a stem convolution before a LayerNorm) keep their own cause.
         named = [str(c) for c in causes(other, view.as_quantized)]
-        return "; ".join([f"data-dependent normalization ({', '.join(norm)})", *named])
+        return "; ".join([normalization(norm), *named])
     dq = runtime_input(view, island)
     inside = set(island.nodes)
     steps = []

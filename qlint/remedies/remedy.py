@@ -39,6 +39,16 @@ class Remedy:
         """Why this remedy cannot change the exported float `graph`, or None when it can."""
         raise NotImplementedError
 
+    def sites(self, graph: Any) -> list[str]:
+        """The places this remedy changes in the exported float `graph`, named as the user's model names
+        them, when it changes each independently (empty otherwise): a refused remedy is then measured
+        at each alone, so the report says which one costs the accuracy."""
+        return []
+
+    def at(self, site: str) -> Remedy:
+        """This remedy acting on `site` (one of `sites`) alone."""
+        raise NotImplementedError
+
     def on_inputs(self, batch: tuple[Any, ...]) -> tuple[Any, ...]:
         return batch
 

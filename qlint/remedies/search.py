@@ -45,7 +45,14 @@ from qlint.remedies.remedy import (
     apply_to_program,
     apply_to_quantizer,
 )
-from qlint.rules.records import Measurement, ProgramIO, RemedyOutcome, RemedyReport, RemedyStatus
+from qlint.rules.records import (
+    Measurement,
+    ProgramIO,
+    RemedyOutcome,
+    RemedyReport,
+    RemedyStatus,
+    SiteMeasurement,
+)
 from qlint.settings.config import Config, RemedyName
 
 SQNR_SEEDS = 4  # seeded batches added to the calibration batches for the SQNR
@@ -188,6 +195,22 @@ def _built(build: Build, remedies: list[Remedy], config: Config, artifact: str,
     return _Candidate(program, as_fed, fixed, measured, io)
 
 
+def _each_site(build: Build, remedy: Remedy, float_graph: Any, config: Config, artifact: str,
+               batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> tuple[SiteMeasurement, ...]:
+    """The SQNR with `remedy` at each of its sites alone, worst first (none when it has fewer than two)."""
+    sites = remedy.sites(float_graph)
+    if len(sites) < 2:
+        return ()
+    measured = []
+    for site in sites:
+        try:
+            measured.append(SiteMeasurement(site, _built(build, [remedy.at(site)], config, artifact, batches,
+                                                         reference).measured.sqnr_db))
+        except RemedyError as exc:
+            measured.append(SiteMeasurement(site, math.nan, str(exc)))
+    return tuple(sorted(measured, key=lambda s: (not s.failed, s.sqnr_db)))
+
+
 def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifact: str) -> Remediated:
     """Try each remedy alone against the plain build; build the kept ones together.
 
@@ -228,7 +251,8 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
                 name, RemedyStatus.REFUSED,
                 f"SQNR {baseline.sqnr_db:.1f} -> {measured.sqnr_db:.1f} dB drops {drop:.2f} dB, over the "
                 f"{guard:g} dB guard (remedy_max_sqnr_drop_db); it would give {', '.join(gains)}",
-                measured, remedy.user_change, io,
+                measured, remedy.user_change, io, _each_site(build, remedy, float_graph, config, artifact, batches,
+                                                             reference),
             ))
         else:
             kept[name] = candidate

@@ -181,6 +181,11 @@ def remedy_lines(remedied: RemedyReport) -> list[str]:
         lines.append(f"  {outcome.status} {outcome.remedy}: {outcome.reason}")
         if outcome.measured is not None and outcome.status != RemedyStatus.SKIPPED:
             lines.append(f"    SQNR {remedied.baseline.sqnr_db:.1f} -> {outcome.measured.sqnr_db:.1f} dB")
+        if outcome.sites:
+            lines.append("    each site alone, worst first:")
+            lines.extend(f"      {site.site}: {site.failed}" if site.failed else
+                         f"      {site.site}: SQNR {remedied.baseline.sqnr_db:.1f} -> {site.sqnr_db:.1f} dB "
+                         f"({site.sqnr_db - remedied.baseline.sqnr_db:+.2f} dB)" for site in outcome.sites)
         if outcome.status == RemedyStatus.KEPT:
             lines.append("    in your export script:")
             lines.extend(f"      {line}" for line in outcome.user_change)

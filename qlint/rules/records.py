@@ -214,6 +214,15 @@ class RemedyStatus(StrEnum):
 
 
 @dataclass(frozen=True)
+class SiteMeasurement:
+    """A refused remedy applied at one of its sites alone (one LayerNorm): where the accuracy goes."""
+
+    site: str        # the user's name for it (the module's path in the model), else the graph node's
+    sqnr_db: float   # of the build with the remedy at this site only (NaN when that build failed)
+    failed: str = ""  # why that build failed
+
+
+@dataclass(frozen=True)
 class RemedyOutcome:
     remedy: str
     status: RemedyStatus
@@ -221,6 +230,7 @@ class RemedyOutcome:
     measured: Measurement | None = None
     user_change: tuple[str, ...] = ()
     io: ProgramIO | None = None      # int8-io: what the application feeds and reads
+    sites: tuple[SiteMeasurement, ...] = ()  # refused, with several sites: each alone, worst first
 
 
 @dataclass

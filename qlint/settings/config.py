@@ -51,6 +51,7 @@ class RemedyName(StrEnum):
     UNFUSED_ATTENTION = "unfused-attention"
     DERIVED_SCALE_QPARAMS = "derived-scale-qparams"
     INT8_IO = "int8-io"
+    INT8_LAYERNORM = "int8-layernorm"
 
 
 class ConfigError(Exception):
@@ -372,7 +373,7 @@ targets: []
 # (unsafe fixes: they change numerics). Each is tried alone and kept only if it
 # helps and the SQNR against the float model drops by at most the guard.
 # `--unsafe-fixes` tries all of them. Known: channels-last, unfused-attention,
-# derived-scale-qparams, int8-io.
+# derived-scale-qparams, int8-io, int8-layernorm.
 remedies: []
 remedy_max_sqnr_drop_db: 1.0
 """

@@ -119,7 +119,8 @@ def test_runtime_divisor_and_layer_norm_are_left_with_reasons(fixed: Callable[..
     assert left.code == "QL002" and "runtime (non-constant) operand aten.amax.default" in left.reason
     result = fixed("make_norm")
     [left] = result.summary.left
-    assert left.reason == "data-dependent normalization (aten.native_layer_norm.default)"
+    assert left.reason.startswith("data-dependent normalization (aten.native_layer_norm.default): CortexMQuantizer "
+                                  "has no layer_norm pattern, so no Cortex-M kernel runs it; fix: rebuild it")
     # The LayerNorm sets the peak: its fp32 input and output (8x16 each) plus mean and rstd (8 each).
     peak = result.summary.live_peak
     assert peak.node == "aten_native_layer_norm_default" and peak.location == "examples/models.py:87"
@@ -137,19 +138,6 @@ def test_int16_guards_leave_the_island_and_say_why(fixed: Callable[..., Any], qu
     result = fix(program, [example("make_scale")], allowed)
     assert [f.kind for f in result.summary.folds] == ["identity"]
     assert "aten.div.Tensor" not in ops(result.program)
-
-
-def test_clamp_range_guard() -> None:
-    """int16 quantizes use [-32767, 32767]; a fold into an int8 [-128, 127] consumer would be blocked."""
-    from qlint.rules.qparams import QParams
-    from qlint.settings.guards import blocked_guards
-
-    qp_in, qp_out = QParams(1.0, 0, -32767, 32767, "int16"), QParams(1.0, 0, -32768, 32767, "int16")
-    guards = FoldGuards(dtypes=("int16",))
-    assert blocked_guards(guards, qp_in, (), qp_out) == [
-        "fold.require_equal_qrange: int16[-32767, 32767] in, int16[-32768, 32767] out"
-    ]
-    assert blocked_guards(FoldGuards(dtypes=("int16",), require_equal_qrange=False), qp_in, (), qp_out) == []
 
 
 @pytest.mark.slow

@@ -457,40 +457,6 @@ def test_a_tree_deeper_than_the_recursion_limit_is_walked(tmp_path: Path) -> Non
         "d/attention.pt2", "d/" * 1500 + "attention.pt2"]
 
 
-# -- usage errors ---------------------------------------------------------------------------------
-
-CHECK_HELP = "Run 'qlint check --help' for usage."
-KNOWN = "(known: QL001, QL002, QL003, QL004, QL005, QL006, QL007, QL008)"
-
-
-@pytest.mark.parametrize(
-    ("args", "lines"),
-    [
-        (["check", "--shard", "0/4", "."], ["argument --shard: '0/4': need 1 <= I <= N", CHECK_HELP]),
-        (["--shard", "x", "."], ["argument --shard: 'x' is not I/N", CHECK_HELP]),
-        (["check", "--shard"], ["argument --shard: expected one argument", CHECK_HELP]),
-        (["check", "--jobs", "0", "."], ["argument --jobs/-j: '0': need N >= 1", CHECK_HELP]),
-        (["check", "-j", "-1", "."], ["argument --jobs/-j: '-1': need N >= 1", CHECK_HELP]),
-        (["check", "--jobs", "x", "."], ["argument --jobs/-j: 'x' is not a whole number", CHECK_HELP]),
-        (["check", "--bogus", "."], ["unrecognized arguments: --bogus", CHECK_HELP]),
-        (["rules", "--bogus\nline"], ["unrecognized arguments: --bogus\\nline", "Run 'qlint rules --help' for usage."]),
-        (["check", "--select", "QL999", "."], [f"argument --select: unknown rule code 'QL999' {KNOWN}", CHECK_HELP]),
-        (["check", "--ignore", "QL001,XX", "."], [f"argument --ignore: unknown rule code 'XX' {KNOWN}", CHECK_HELP]),
-        (["check", "--output-format", "xml", "."], [
-            "argument --output-format: invalid choice: 'xml' (choose from 'text', 'json', 'github', 'sarif', "
-            "'markdown')", CHECK_HELP]),
-        (["check", "--static", "--fix", "."], ["--fix and --diff need the full check (lowering); drop --static",
-                                               CHECK_HELP]),
-        (["rule"], ["the following arguments are required: code", "Run 'qlint rule --help' for usage."]),
-        (["rule", "QL999"], [f"unknown rule 'QL999' {KNOWN}", "Run 'qlint rules' for the list."]),
-    ],
-)
-def test_usage_errors_are_one_line_and_a_hint(args: list[str], lines: list[str], tmp_path: Path) -> None:
-    result = qlint(args, tmp_path)
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr.splitlines() == [f"qlint: error: {lines[0]}", *lines[1:]]
-
-
 def test_a_huge_jobs_count_runs_on_the_cpus_there_are(tmp_path: Path, artifact: Path) -> None:
     from qlint.run.engine import workers
 

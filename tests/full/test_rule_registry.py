@@ -13,8 +13,8 @@ import qlint.graph.regions
 import qlint.graph.rules
 from qlint.api import fix
 from qlint.graph.lint import lint_program
-from qlint.rules.catalog import enabled_rules, load_catalog, render_rule
-from qlint.rules.table import TABLE, Applicability, Availability, Scope, static_codes
+from qlint.rules.catalog import load_catalog
+from qlint.rules.table import TABLE, Scope, static_codes
 from qlint.settings.config import Config
 
 
@@ -75,27 +75,6 @@ def test_the_rule_table_names_one_function_per_tier_for_every_catalog_rule() -> 
     # A function the table names exists nowhere else: no rule is registered twice or by a side door.
     names = [row.full for row in TABLE] + [row.static for row in TABLE if row.static]
     assert len(names) == len(set(names))
-
-
-def test_fix_applicability_is_the_tables() -> None:
-    catalog = load_catalog()
-    assert {code: (r.applicability, r.availability) for code, r in catalog.items()} == {
-        "QL001": (Applicability.SAFE, Availability.SOMETIMES), "QL002": (Applicability.SAFE, Availability.SOMETIMES),
-        "QL003": (Applicability.NONE, Availability.NONE), "QL004": (Applicability.SAFE, Availability.SOMETIMES),
-        "QL005": (Applicability.NONE, Availability.NONE), "QL006": (Applicability.NONE, Availability.NONE),
-        "QL007": (Applicability.UNSAFE, Availability.SOMETIMES),
-        "QL008": (Applicability.SAFE, Availability.SOMETIMES),
-    }
-    assert catalog["QL001"].fix_text == "safe, sometimes available" and catalog["QL005"].fix_text == "none"
-    assert "Fix: safe, sometimes available." in render_rule(catalog["QL001"])
-
-
-def test_enabled_rules_follow_select_and_ignore() -> None:
-    region = [r.code for r in enabled_rules(Scope.REGION, Config(ignore=("QL00",), select=()))]
-    assert region == []
-    assert [r.code for r in enabled_rules(Scope.REGION, Config(select=("QL004", "QL001")))] == ["QL001", "QL004"]
-    without_islands = Config(severities={"QL002": "off"})
-    assert [r.code for r in enabled_rules(Scope.REGION, without_islands)] == ["QL001", "QL004", "QL008"]
 
 
 def test_each_region_is_evaluated_once_for_its_finding_and_its_fold(

@@ -117,12 +117,6 @@ def test_shards_partition_the_inputs(zoo: Path, capsys: pytest.CaptureFixture[st
     assert [Path(s["artifact"]).name for s in json.loads(out)["artifacts"]] == seen[1]  # deterministic
 
 
-def test_bad_shard_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as raised:
-        run_cli(["check", "--shard", "4/3", "."], capsys)
-    assert raised.value.code == 2
-
-
 def test_verbose_tracebacks_never_reach_a_plain_run_through_the_cache(
     pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

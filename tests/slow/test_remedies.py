@@ -106,6 +106,53 @@ def test_a_remedy_over_the_sqnr_guard_is_refused_with_its_numbers(remediated: Ca
     assert done.report.final == done.report.baseline and done.error is None
 
 
+def two_layer_encoder() -> tuple[torch.nn.Module, tuple[torch.Tensor], list[tuple[torch.Tensor]]]:
+    """`nn.TransformerEncoder`, 2 layers of d_model 32: 4 LayerNorms, seeded weights and batches."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    generator = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(1, 8, 32, generator=generator),) for _ in range(8)]
+    return model, batches[0], batches
+
+
+@pytest.mark.slow
+def test_int8_layernorm_takes_a_two_layer_transformer_encoder_to_int8_kernels_only() -> None:
+    model, example, calibration = two_layer_encoder()
+    names = [RemedyName.UNFUSED_ATTENTION, RemedyName.INT8_LAYERNORM]
+    done = remediate(Build(model, example, tuple(calibration)), names, Config(), "encoder")
+    base, final = done.report.baseline, done.report.final
+    kept = outcome(done, RemedyName.INT8_LAYERNORM)
+    assert kept.status == RemedyStatus.KEPT and done.error is None, kept.reason
+    # each of the 4 LayerNorms: two quantized_linear (mean; variance + eps), an rsqrt table, and adds and muls
+    assert kept.measured.kernels["cortex_m.quantized_activation"] - base.kernels.get("cortex_m.quantized_activation", 0) == 4
+    assert final.fp32_elements <= 0.02 * base.fp32_elements and final.coverage == 1.0 and final.fp32_ops == 0
+    assert base.sqnr_db - final.sqnr_db <= Config().remedy_max_sqnr_drop_db
+    assert final.arena_bytes < base.arena_bytes
+    text = "\n".join(remedy_lines(done.report))
+    assert "rebuild_layer_norms(" in text and "after: int8 coverage 100%, 0 fp32 ops, 0 fp32 elements" in text
+
+
+@pytest.mark.slow
+def test_int8_layernorm_refused_on_bert_names_the_layer_norm_that_costs_the_accuracy() -> None:
+    from examples.zoo import ZOO
+
+    model, example, calibration = ZOO["bert"]()
+    done = remediate(Build(model, example, tuple(calibration)), [RemedyName.INT8_LAYERNORM], Config(), "bert")
+    refused = outcome(done, RemedyName.INT8_LAYERNORM)
+    assert refused.status == RemedyStatus.REFUSED and "fp32 elements 3840 -> 0" in refused.reason
+    base = done.report.baseline.sqnr_db
+    drop = base - refused.measured.sqnr_db
+    assert drop > Config().remedy_max_sqnr_drop_db
+    worst, *others = refused.sites
+    assert worst.site == "model.embeddings.LayerNorm" and base - worst.sqnr_db > 0.5 * drop
+    assert [s.site for s in others] and all(abs(base - s.sqnr_db) < 0.1 for s in others)
+    assert {s.site for s in others} == {f"model.encoder.layer.{i}.{part}.LayerNorm"
+                                        for i in (0, 1) for part in ("attention.output", "output")}
+    text = "\n".join(remedy_lines(done.report))
+    assert "each site alone, worst first:\n      model.embeddings.LayerNorm: SQNR" in text
+
+
 @pytest.mark.slow
 def test_derived_scale_qparams_leaves_sam_no_table_and_every_scale_an_identity(
     remediated: Callable[..., Remediated],
@@ -136,8 +183,8 @@ def test_int8_io_shrinks_sams_arena_and_reports_what_the_application_feeds(
     assert [q.name for q in kept.io.inputs] == ["image_embedding", "image_pe", "point_embedding"]
     assert [q.index for q in kept.io.outputs] == [0, 1] and {q.qparams.dtype for q in kept.io.outputs} == {"int8"}
     assert kept.measured.sqnr_db == pytest.approx(base.sqnr_db, abs=0.01)  # the same quantize, done outside
-    final = done.report.final  # with derived-scale-qparams: no table, and the smaller arena
-    assert final.table_folds == 0 and final.arena_bytes == kept.measured.arena_bytes
+    final = done.report.final  # with derived-scale-qparams and int8-layernorm: no fold table, a smaller arena
+    assert final.table_folds == 0 and final.arena_bytes < kept.measured.arena_bytes
     placeholders = [n for n in done.fixed.program.graph.nodes if n.op == "placeholder"
                     and n.name in done.fixed.program.graph_signature.user_inputs]
     assert [n.meta["val"].dtype for n in placeholders] == [torch.int8] * 3

@@ -107,8 +107,9 @@ def test_the_same_networks_exported_channels_last_are_all_int8(name: str, linted
 def test_convnext_stem_island_keeps_the_convolution_cause(linted: Callable[..., Any]) -> None:
     """The NCHW stem conv and the LayerNorm after it are one island: both causes are named."""
     [stem] = [f for f in linted("make_convnext").findings if "aten.convolution.default" in f.details.get("ops", [])]
-    assert stem.details["reason"].startswith("data-dependent normalization (aten.native_layer_norm.default); "
-                                             "aten.convolution.default: CortexMQuantizer's conv2d pattern refused it")
+    assert stem.details["reason"].startswith("data-dependent normalization (aten.native_layer_norm.default): ")
+    assert "(for a config target: the int8-layernorm remedy); aten.convolution.default: CortexMQuantizer's conv2d " \
+           "pattern refused it" in stem.details["reason"]
 
 
 def test_transformer_encoder_sdpa_is_one_finding_per_layer_with_its_cause(linted: Callable[..., Any]) -> None:

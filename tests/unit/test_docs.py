@@ -126,10 +126,8 @@ def test_cli_page_names_every_option_command_and_exit_code() -> None:
 
 
 def test_configuration_page_quotes_what_init_writes() -> None:
-    from qlint.settings.config import DEFAULT_CONFIG
-
     from qlint.rules.catalog import load_catalog
-    from qlint.settings.config import RemedyName
+    from qlint.settings.config import DEFAULT_CONFIG, RemedyName
 
     page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert fenced_block_after(page, "`qlint init` writes") == DEFAULT_CONFIG

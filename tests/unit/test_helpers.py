@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from qlint.graph.folds import _scale_candidates
-from qlint.graph.memory import Buffer, _covered
 from qlint.io.archive import read_zip, validate_program_json, write_zip
 from qlint.io.limits import Limits
 from qlint.io.reads import ReadError, printable
@@ -17,18 +15,6 @@ from qlint.run.engine import plan_work
 from qlint.settings.config import Config, Target
 
 LIMITS = Limits(file_mb=1, entry_mb=1, tensor_mb=1)
-
-
-def buffer(offset: int, size: int) -> Buffer:
-    return Buffer(start=0, end=1, offset=offset, size=size, fp32=True, input=False)
-
-
-def test_covered_counts_overlapping_buffers_once() -> None:
-    assert _covered([]) == 0
-    assert _covered([buffer(0, 100), buffer(200, 50)]) == 150          # apart
-    assert _covered([buffer(0, 100), buffer(50, 100)]) == 150          # overlapping (aliases)
-    assert _covered([buffer(10, 20), buffer(0, 100)]) == 100           # nested, in any order
-    assert _covered([buffer(0, 100), buffer(100, 1)]) == 101           # touching
 
 
 def test_framework_frames_are_not_the_users() -> None:
@@ -49,17 +35,6 @@ def test_user_frame_is_the_innermost_user_line() -> None:
     assert user_frame(trace) == ("/home/me/block.py", 3, "return x / 4")
     assert user_frame('  File "/m.py", line ' + "9" * 20 + ", in f\n    x\n") is None  # not a line number
     assert user_frame(None) is None
-
-
-def test_scale_candidates_are_the_scale_then_float32_neighbours() -> None:
-    import numpy as np
-
-    found = _scale_candidates(0.1, steps=2)
-    assert found[0] == 0.1 and len(found) == 5
-    one_up = float(np.nextafter(np.float32(0.1), np.float32(1)))
-    one_down = float(np.nextafter(np.float32(0.1), np.float32(0)))
-    assert found[1:3] == [one_up, one_down]
-    assert sorted(found[1:]) == sorted(set(found[1:]))  # distinct
 
 
 def test_plan_work_shards_partition_by_name(tmp_path: Path) -> None:
@@ -117,28 +92,3 @@ def test_printable_escapes_control_characters() -> None:
     assert printable("a\nb\x1b[2Jc\t") == "a\\nb\\x1b[2Jc\\t"
 
 
-def test_constant_propagation_never_runs_a_huge_or_untrusted_constant() -> None:
-    """`aten.full` of any size is one node in an untrusted program: only small ones are computed."""
-    import torch
-
-    from qlint.graph.view import computed_constants
-    from qlint.io.limits import MAX_CONSTANT_BYTES
-
-    class Masks(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            small = torch.full((8, 8), 0.5)
-            big = torch.full((4096, 4096), 1.0)  # 64 MiB of float32
-            return x * small + big[:8, :8]
-
-    program = torch.export.export(Masks(), (torch.randn(8, 8),))
-    computed = computed_constants(program, trusted_shapes=True)
-    assert 4096 * 4096 * 4 > MAX_CONSTANT_BYTES
-    assert [tuple(v.shape) for v in computed.values()] == []  # both are aten.full: the big one skips the op
-    assert computed_constants(program, trusted_shapes=False) == {}
-
-    class Mask(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x + torch.full((8, 8), 0.5) * 2
-
-    computed = computed_constants(torch.export.export(Mask(), (torch.randn(8, 8),)), trusted_shapes=True)
-    assert sorted(float(v.flatten()[0]) for v in computed.values()) == [0.5, 1.0]

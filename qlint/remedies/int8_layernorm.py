@@ -1,0 +1,153 @@
+"""The `int8-layernorm` remedy: each `layer_norm` over the last dimension rebuilt, before
+`prepare_pt2e`, from ops that Cortex-M has int8 kernels for.
+
+ExecuTorch's Cortex-M backend has no LayerNorm kernel and no `mean` over the last dimension,
+so `native_layer_norm` stays fp32. Everything it computes has an int8 path:
+
+    mean = linear(x, 1/C)                  cortex_m.quantized_linear (weight [1, C])
+    d    = x - expand(mean)                cortex_m.quantized_add (equal shapes: the add check
+    var  = linear(d * d, 1/C, bias=eps)    cortex_m.quantized_mul   refuses broadcasts)
+    rstd = rsqrt(var)                      cortex_m.quantized_activation (a 256-entry table)
+    y    = d * expand(rstd) * expand(w) + expand(b)
+
+The rewrite is float-equal to `layer_norm` up to float rounding; the quantized program is
+not, which is why this is an unsafe fix measured like the others. `rebuild_layer_norms` is
+public: the line a user adds to their own export script.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from qlint.graph import stack
+
+stack.load()
+
+import torch  # noqa: E402
+from torch.fx import GraphModule, Node  # noqa: E402
+
+from qlint.remedies.remedy import Remedy, call_nodes  # noqa: E402
+from qlint.settings.config import RemedyName  # noqa: E402
+
+_LAYER_NORM = torch.ops.aten.layer_norm.default
+_aten = torch.ops.aten
+
+
+class Int8LayerNorm(Remedy):
+    """Rebuild every `layer_norm` over the last dimension from linear, add, mul and an rsqrt table."""
+
+    name = RemedyName.INT8_LAYERNORM
+    user_change = (
+        "from qlint.remedies.int8_layernorm import rebuild_layer_norms",
+        "graph = rebuild_layer_norms(torch.export.export(model, example_inputs).module())  # before prepare_pt2e",
+    )
+
+    def __init__(self, only: str | None = None) -> None:
+        self.only = only  # one site: the others stay as they are
+
+    def sites(self, graph: Any) -> list[str]:
+        return list(dict.fromkeys(site_name(n) for n in call_nodes(graph, _LAYER_NORM) if not_rebuildable(n) is None))
+
+    def at(self, site: str) -> Remedy:
+        return Int8LayerNorm(only=site)
+
+    def not_applicable(self, graph: Any) -> str | None:
+        calls = call_nodes(graph, _LAYER_NORM)
+        if not calls:
+            return "the exported model has no layer_norm"
+        reasons = [why for node in calls if (why := not_rebuildable(node)) is not None]
+        return "; ".join(reasons) if len(reasons) == len(calls) else None
+
+    def on_graph(self, graph: Any) -> Any:
+        return rebuild_layer_norms(graph, skip_unsupported=True, only=self.only)
+
+
+def site_name(node: Node) -> str:
+    """The user's name for a `layer_norm`: the path of the module that called it (`encoder.layers.0.norm1`),
+    else the graph node's name (a functional call at the top level)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    paths = [path for path, _ in stack.values() if path]
+    return paths[-1] if paths else node.name
+
+
+def _layer_norm_args(node: Node) -> tuple[Node, list[int], Node | None, Node | None, float]:
+    """`layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5)` as positional values."""
+    names = ("input", "normalized_shape", "weight", "bias", "eps")
+    defaults: dict[str, Any] = {"weight": None, "bias": None, "eps": 1e-5}
+    values = {**defaults, **dict(zip(names, node.args, strict=False)), **node.kwargs}
+    return values["input"], list(values["normalized_shape"]), values["weight"], values["bias"], float(values["eps"])
+
+
+def not_rebuildable(node: Node) -> str | None:
+    """Why this `layer_norm` cannot be rebuilt from int8 kernels, or None when it can."""
+    x, shape, weight, bias, eps = _layer_norm_args(node)
+    value = x.meta.get("val")
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        return f"{node.name}: its input has no float value recorded"
+    if len(shape) != 1:
+        return f"{node.name}: it normalizes over {len(shape)} dimensions {shape}, not the last one alone"
+    if eps <= 0.0:
+        return f"{node.name}: eps={eps!r} makes rsqrt(variance) infinite for a constant row"
+    for operand in (weight, bias):
+        if operand is not None and not isinstance(operand, Node):
+            return f"{node.name}: its affine operand {operand!r} is not a tensor"
+    return None
+
+
+def rebuild_layer_norms(graph: GraphModule, *, skip_unsupported: bool = False, only: str | None = None) -> GraphModule:
+    """The graph module with each `layer_norm` over its last dimension rebuilt from int8-kernel ops.
+
+    For an export script: call it on `torch.export.export(...).module()` before `prepare_pt2e`.
+    Raises ValueError naming a `layer_norm` that cannot be rebuilt, unless `skip_unsupported`,
+    which leaves that one as it is. `only` (a `site_name`) rebuilds that one alone.
+    """
+    for index, node in enumerate(call_nodes(graph, _LAYER_NORM)):
+        if only is not None and site_name(node) != only:
+            continue
+        reason = not_rebuildable(node)
+        if reason is not None:
+            if skip_unsupported:
+                continue
+            raise ValueError(f"cannot rebuild {reason}")
+        _rebuild(graph, node, f"_qlint_layer_norm_{index}")
+    graph.graph.lint()
+    graph.recompile()
+    return graph
+
+
+def _rebuild(graph: GraphModule, node: Node, prefix: str) -> None:
+    x, shape, weight, bias, eps = _layer_norm_args(node)
+    value = x.meta["val"]
+    channels, full = shape[0], list(value.shape)
+    fake_mode = value.fake_mode
+    averaging = torch.full((1, channels), 1.0 / channels, dtype=value.dtype)
+    graph.register_buffer(f"{prefix}_mean", averaging.clone())
+    graph.register_buffer(f"{prefix}_variance", averaging.clone())
+    graph.register_buffer(f"{prefix}_eps", torch.tensor([eps], dtype=value.dtype))
+
+    def add(target: Any, *args: Any) -> Node:
+        """A new node before `node`, with the fake value export would have recorded for it."""
+        created = graph.graph.call_function(target, args) if target != "get_attr" else graph.graph.get_attr(args[0])
+        if created.op == "get_attr":
+            created.meta["val"] = fake_mode.from_tensor(getattr(graph, created.target))
+        else:
+            with fake_mode:
+                created.meta["val"] = target(*torch.fx.node.map_arg(args, lambda n: n.meta["val"]))
+        created.meta["stack_trace"] = node.meta.get("stack_trace")
+        created.meta["nn_module_stack"] = node.meta.get("nn_module_stack", {})
+        return created
+
+    with graph.graph.inserting_before(node):
+        mean = add(_aten.linear.default, x, add("get_attr", f"{prefix}_mean"))
+        centred = add(_aten.sub.Tensor, x, add(_aten.expand.default, mean, full))
+        variance = add(_aten.linear.default, add(_aten.mul.Tensor, centred, centred),
+                       add("get_attr", f"{prefix}_variance"), add("get_attr", f"{prefix}_eps"))
+        rstd = add(_aten.rsqrt.default, variance)
+        result = add(_aten.mul.Tensor, centred, add(_aten.expand.default, rstd, full))
+        affine: list[tuple[Callable[..., Any], Node | None]] = [(_aten.mul.Tensor, weight), (_aten.add.Tensor, bias)]
+        for op, operand in affine:
+            if operand is not None:
+                result = add(op, result, add(_aten.expand.default, operand, full))
+    node.replace_all_uses_with(result)
+    graph.graph.erase_node(node)

@@ -1,0 +1,65 @@
+"""The `int8-layernorm` remedy: LayerNorm rebuilt from the ops Cortex-M has int8 kernels for."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from qlint.graph.quantize import export_float
+from qlint.remedies.int8_layernorm import Int8LayerNorm, rebuild_layer_norms
+
+
+class Functional(torch.nn.Module):
+    """`F.layer_norm` called directly, with or without an affine, over the last `dims` dimensions."""
+
+    def __init__(self, shape: tuple[int, ...], affine: bool, eps: float, dims: int = 1) -> None:
+        super().__init__()
+        normalized = shape[-dims:]
+        self.normalized, self.eps = list(normalized), eps
+        generator = torch.Generator().manual_seed(3)
+        self.weight = torch.nn.Parameter(torch.randn(normalized, generator=generator)) if affine else None
+        self.bias = torch.nn.Parameter(torch.randn(normalized, generator=generator)) if affine else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x * 2.0, self.normalized, self.weight, self.bias, self.eps)
+
+
+def rebuilt(model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> torch.fx.GraphModule:
+    return rebuild_layer_norms(export_float(model, example))
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 16), (4, 32), (1, 3, 5, 7)])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("eps", [1e-5, 1e-12, 0.5])
+def test_the_rebuilt_layer_norm_equals_f_layer_norm_in_float(shape: tuple[int, ...], affine: bool, eps: float) -> None:
+    model = Functional(shape, affine, eps).eval()
+    generator = torch.Generator().manual_seed(11)
+    batches = [(torch.randn(shape, generator=generator) * scale + shift,) for scale, shift in ((1, 0), (30, 5), (1e-3, -2))]
+    graph = rebuilt(model, batches[0])
+    ops = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
+    assert "aten.layer_norm.default" not in ops and "aten.linear.default" in ops and "aten.rsqrt.default" in ops
+    for batch in batches:
+        expected, got = model(*batch), graph(*batch)
+        # Float rounding of x - mean is amplified by the row's conditioning |x| / std (≈ 2,500-6,000 for
+        # the third batch): the error stays within 4 float32 ulps of the output scaled by it.
+        x = batch[0] * 2.0
+        conditioning = float((x.abs().amax(-1) / x.std(-1, unbiased=False)).max())
+        bound = 4 * float(expected.abs().max()) * max(conditioning, 1.0) * torch.finfo(torch.float32).eps / 2
+        assert float((got - expected).abs().max()) <= bound
+
+
+def test_module_layer_norms_are_rebuilt_and_each_skip_says_why() -> None:
+    example = (torch.randn(2, 4, 8),)
+    several = rebuilt(torch.nn.LayerNorm(8).eval(), example)
+    assert not [n for n in several.graph.nodes if n.target == torch.ops.aten.layer_norm.default]
+    two_dims = export_float(Functional((2, 4, 8), True, 1e-5, dims=2).eval(), example)
+    assert Int8LayerNorm().not_applicable(two_dims) == (
+        "layer_norm: it normalizes over 2 dimensions [4, 8], not the last one alone")
+    with pytest.raises(ValueError, match="cannot rebuild layer_norm: it normalizes over 2 dimensions"):
+        rebuild_layer_norms(two_dims)
+    zero_eps = export_float(Functional((2, 4, 8), False, 0.0).eval(), example)
+    assert Int8LayerNorm().not_applicable(zero_eps) == (
+        "layer_norm: eps=0.0 makes rsqrt(variance) infinite for a constant row")
+    assert Int8LayerNorm().not_applicable(export_float(torch.nn.Linear(8, 8).eval(), example)) == (
+        "the exported model has no layer_norm")

@@ -1,0 +1,89 @@
+"""The command line without a program: `--help`, `--version`, `rules` and `rule` answer without
+importing torch, and a usage error is one line and a hint."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, TORCH_PROBE, run_cli
+
+from qlint import __version__
+from qlint.rules.catalog import load_catalog
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["rules"], ["rule", "QL001"], ["check", "--help"]])
+def test_fast_commands_do_not_import_torch(args: list[str]) -> None:
+    result = subprocess.run([sys.executable, "-c", TORCH_PROBE, *args], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "HEAVY="
+
+
+def test_version() -> None:
+    result = subprocess.run([sys.executable, "-m", "qlint", "--version"], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == f"qlint {__version__}"
+
+
+def test_rules_lists_the_catalog() -> None:
+    result = subprocess.run([sys.executable, "-m", "qlint", "rules"], capture_output=True, text=True, timeout=60)
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[2:]}
+    for rule in load_catalog().values():
+        assert rule.name in rows[rule.code] and rule.fix_text in rows[rule.code]
+    assert "unsafe, sometimes available" in rows["QL007"] and " none " in rows["QL003"]
+
+
+def test_rule_page_renders_every_section() -> None:
+    result = subprocess.run([sys.executable, "-m", "qlint", "rule", "ql002"], capture_output=True, text=True, timeout=60)
+    out = result.stdout
+    assert out.startswith("# fp32-island (QL002)")
+    assert "Fix: safe, sometimes available." in out  # its applicability, as `ruff rule` says it
+    for heading in ("## What it does", "## Why it matters", "## Example", "## Fix safety"):
+        assert heading in out
+    bad = subprocess.run([sys.executable, "-m", "qlint", "rule", "QL999"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown rule 'QL999'" in bad.stderr
+
+
+CHECK_HELP = "Run 'qlint check --help' for usage."
+KNOWN = "(known: QL001, QL002, QL003, QL004, QL005, QL006, QL007, QL008)"
+
+
+def qlint(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "qlint", *args], cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("args", "lines"),
+    [
+        (["check", "--shard", "0/4", "."], ["argument --shard: '0/4': need 1 <= I <= N", CHECK_HELP]),
+        (["--shard", "x", "."], ["argument --shard: 'x' is not I/N", CHECK_HELP]),
+        (["check", "--shard"], ["argument --shard: expected one argument", CHECK_HELP]),
+        (["check", "--jobs", "0", "."], ["argument --jobs/-j: '0': need N >= 1", CHECK_HELP]),
+        (["check", "-j", "-1", "."], ["argument --jobs/-j: '-1': need N >= 1", CHECK_HELP]),
+        (["check", "--jobs", "x", "."], ["argument --jobs/-j: 'x' is not a whole number", CHECK_HELP]),
+        (["check", "--bogus", "."], ["unrecognized arguments: --bogus", CHECK_HELP]),
+        (["rules", "--bogus\nline"], ["unrecognized arguments: --bogus\\nline", "Run 'qlint rules --help' for usage."]),
+        (["check", "--select", "QL999", "."], [f"argument --select: unknown rule code 'QL999' {KNOWN}", CHECK_HELP]),
+        (["check", "--ignore", "QL001,XX", "."], [f"argument --ignore: unknown rule code 'XX' {KNOWN}", CHECK_HELP]),
+        (["check", "--output-format", "xml", "."], [
+            "argument --output-format: invalid choice: 'xml' (choose from 'text', 'json', 'github', 'sarif', "
+            "'markdown')", CHECK_HELP]),
+        (["check", "--static", "--fix", "."], ["--fix and --diff need the full check (lowering); drop --static",
+                                               CHECK_HELP]),
+        (["rule"], ["the following arguments are required: code", "Run 'qlint rule --help' for usage."]),
+        (["rule", "QL999"], [f"unknown rule 'QL999' {KNOWN}", "Run 'qlint rules' for the list."]),
+    ],
+)
+def test_usage_errors_are_one_line_and_a_hint(args: list[str], lines: list[str], tmp_path: Path) -> None:
+    result = qlint(args, tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [f"qlint: error: {lines[0]}", *lines[1:]]
+
+
+def test_bad_shard_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        run_cli(["check", "--shard", "4/3", "."], capsys)
+    assert raised.value.code == 2
