@@ -1,5 +1,5 @@
-"""The `int8-layernorm` remedy: each `layer_norm` over the last dimension rebuilt, before
-`prepare_pt2e`, from ops that Cortex-M has int8 kernels for.
+"""The `int8-layernorm` remedy: each `layer_norm` (and `rms_norm`) over the last dimension rebuilt,
+before `prepare_pt2e`, from ops that Cortex-M has int8 kernels for.
 
 ExecuTorch's Cortex-M backend has no LayerNorm kernel and no `mean` over the last dimension,
 so `native_layer_norm` stays fp32. Everything it computes has an int8 path:
@@ -10,14 +10,15 @@ so `native_layer_norm` stays fp32. Everything it computes has an int8 path:
     rstd = rsqrt(var)                      cortex_m.quantized_activation (a 256-entry table)
     y    = d * expand(rstd) * expand(w) + expand(b)
 
-The rewrite is float-equal to `layer_norm` up to float rounding; the quantized program is
+An `rms_norm` is the same without the mean (`d = x`, eps `finfo.eps` when not given). The
+rewrite is float-equal to `layer_norm` up to float rounding; the quantized program is
 not, which is why this is an unsafe fix measured like the others. `rebuild_layer_norms` is
 public: the line a user adds to their own export script.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from qlint.graph import stack
@@ -27,15 +28,21 @@ stack.load()
 import torch  # noqa: E402
 from torch.fx import GraphModule, Node  # noqa: E402
 
-from qlint.remedies.remedy import Remedy, call_nodes  # noqa: E402
+from qlint.remedies.remedy import Remedy  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
-_LAYER_NORM = torch.ops.aten.layer_norm.default
 _aten = torch.ops.aten
+_LAYER_NORM = _aten.layer_norm.default
+_RMS_NORM = _aten.rms_norm.default
+# each op's arguments in order, with their defaults (eps None: the dtype's machine epsilon, as rms_norm does)
+_ARGUMENTS: dict[Any, tuple[tuple[str, Any], ...]] = {
+    _LAYER_NORM: (("input", None), ("normalized_shape", None), ("weight", None), ("bias", None), ("eps", 1e-5)),
+    _RMS_NORM: (("input", None), ("normalized_shape", None), ("weight", None), ("eps", None)),
+}
 
 
 class Int8LayerNorm(Remedy):
-    """Rebuild every `layer_norm` over the last dimension from linear, add, mul and an rsqrt table."""
+    """Rebuild every `layer_norm` and `rms_norm` over the last dimension from linear, add, mul and an rsqrt table."""
 
     name = RemedyName.INT8_LAYERNORM
     user_change = (
@@ -43,24 +50,31 @@ class Int8LayerNorm(Remedy):
         "graph = rebuild_layer_norms(torch.export.export(model, example_inputs).module())  # before prepare_pt2e",
     )
 
-    def __init__(self, only: str | None = None) -> None:
-        self.only = only  # one site: the others stay as they are
+    def __init__(self, skip: frozenset[str] = frozenset()) -> None:
+        self.skip = skip  # sites (`site_name`) left as they are
 
     def sites(self, graph: Any) -> list[str]:
-        return list(dict.fromkeys(site_name(n) for n in call_nodes(graph, _LAYER_NORM) if not_rebuildable(n) is None))
+        return list(dict.fromkeys(site_name(n) for n in norm_nodes(graph) if not_rebuildable(n) is None))
 
-    def at(self, site: str) -> Remedy:
-        return Int8LayerNorm(only=site)
+    def leaving(self, sites: frozenset[str]) -> Remedy:
+        return Int8LayerNorm(skip=self.skip | sites)
+
+    def user_lines(self) -> tuple[str, ...]:
+        if not self.skip:
+            return self.user_change
+        skipped = ", ".join(repr(site) for site in sorted(self.skip))
+        return (self.user_change[0], self.user_change[1].replace(
+            ".module())", f".module(), skip={{{skipped}}})"))
 
     def not_applicable(self, graph: Any) -> str | None:
-        calls = call_nodes(graph, _LAYER_NORM)
+        calls = norm_nodes(graph)
         if not calls:
-            return "the exported model has no layer_norm"
+            return "the exported model has no layer_norm or rms_norm"
         reasons = [why for node in calls if (why := not_rebuildable(node)) is not None]
         return "; ".join(reasons) if len(reasons) == len(calls) else None
 
     def on_graph(self, graph: Any) -> Any:
-        return rebuild_layer_norms(graph, skip_unsupported=True, only=self.only)
+        return rebuild_layer_norms(graph, skip_unsupported=True, skip=self.skip)
 
 
 def site_name(node: Node) -> str:
@@ -71,17 +85,25 @@ def site_name(node: Node) -> str:
     return paths[-1] if paths else node.name
 
 
-def _layer_norm_args(node: Node) -> tuple[Node, list[int], Node | None, Node | None, float]:
-    """`layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5)` as positional values."""
-    names = ("input", "normalized_shape", "weight", "bias", "eps")
-    defaults: dict[str, Any] = {"weight": None, "bias": None, "eps": 1e-5}
-    values = {**defaults, **dict(zip(names, node.args, strict=False)), **node.kwargs}
-    return values["input"], list(values["normalized_shape"]), values["weight"], values["bias"], float(values["eps"])
+def norm_nodes(graph: Any) -> list[Node]:
+    """The graph's `layer_norm` and `rms_norm` calls, in graph order."""
+    return [n for n in graph.graph.nodes if n.op == "call_function" and n.target in _ARGUMENTS]
+
+
+def _norm_args(node: Node) -> tuple[Node, list[int], Node | None, Node | None, float]:
+    """input, normalized_shape, weight, bias (None for rms_norm) and eps of a `layer_norm`/`rms_norm` call."""
+    names = _ARGUMENTS[node.target]
+    values = {**dict(names), **dict(zip((name for name, _ in names), node.args, strict=False)), **node.kwargs}
+    x = values["input"]
+    eps = values["eps"]
+    if eps is None:
+        eps = torch.finfo(x.meta["val"].dtype).eps if isinstance(x, Node) and "val" in x.meta else 0.0
+    return x, list(values["normalized_shape"]), values["weight"], values.get("bias"), float(eps)
 
 
 def not_rebuildable(node: Node) -> str | None:
-    """Why this `layer_norm` cannot be rebuilt from int8 kernels, or None when it can."""
-    x, shape, weight, bias, eps = _layer_norm_args(node)
+    """Why this `layer_norm` or `rms_norm` cannot be rebuilt from int8 kernels, or None when it can."""
+    x, shape, weight, bias, eps = _norm_args(node)
     value = x.meta.get("val")
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         return f"{node.name}: its input has no float value recorded"
@@ -95,15 +117,17 @@ def not_rebuildable(node: Node) -> str | None:
     return None
 
 
-def rebuild_layer_norms(graph: GraphModule, *, skip_unsupported: bool = False, only: str | None = None) -> GraphModule:
-    """The graph module with each `layer_norm` over its last dimension rebuilt from int8-kernel ops.
+def rebuild_layer_norms(
+    graph: GraphModule, *, skip_unsupported: bool = False, skip: Collection[str] = ()
+) -> GraphModule:
+    """The graph module with each `layer_norm` and `rms_norm` over its last dimension rebuilt from int8-kernel ops.
 
     For an export script: call it on `torch.export.export(...).module()` before `prepare_pt2e`.
-    Raises ValueError naming a `layer_norm` that cannot be rebuilt, unless `skip_unsupported`,
-    which leaves that one as it is. `only` (a `site_name`) rebuilds that one alone.
+    Raises ValueError naming one that cannot be rebuilt, unless `skip_unsupported`, which leaves
+    that one as it is. `skip` names (by module path, `site_name`) the ones to leave in float.
     """
-    for index, node in enumerate(call_nodes(graph, _LAYER_NORM)):
-        if only is not None and site_name(node) != only:
+    for index, node in enumerate(norm_nodes(graph)):
+        if site_name(node) in skip:
             continue
         reason = not_rebuildable(node)
         if reason is not None:
@@ -117,12 +141,13 @@ def rebuild_layer_norms(graph: GraphModule, *, skip_unsupported: bool = False, o
 
 
 def _rebuild(graph: GraphModule, node: Node, prefix: str) -> None:
-    x, shape, weight, bias, eps = _layer_norm_args(node)
+    x, shape, weight, bias, eps = _norm_args(node)
     value = x.meta["val"]
     channels, full = shape[0], list(value.shape)
     fake_mode = value.fake_mode
     averaging = torch.full((1, channels), 1.0 / channels, dtype=value.dtype)
-    graph.register_buffer(f"{prefix}_mean", averaging.clone())
+    if node.target == _LAYER_NORM:
+        graph.register_buffer(f"{prefix}_mean", averaging.clone())
     graph.register_buffer(f"{prefix}_variance", averaging.clone())
     graph.register_buffer(f"{prefix}_eps", torch.tensor([eps], dtype=value.dtype))
 
@@ -139,8 +164,10 @@ def _rebuild(graph: GraphModule, node: Node, prefix: str) -> None:
         return created
 
     with graph.graph.inserting_before(node):
-        mean = add(_aten.linear.default, x, add("get_attr", f"{prefix}_mean"))
-        centred = add(_aten.sub.Tensor, x, add(_aten.expand.default, mean, full))
+        centred = x  # rms_norm: no mean
+        if node.target == _LAYER_NORM:
+            mean = add(_aten.linear.default, x, add("get_attr", f"{prefix}_mean"))
+            centred = add(_aten.sub.Tensor, x, add(_aten.expand.default, mean, full))
         variance = add(_aten.linear.default, add(_aten.mul.Tensor, centred, centred),
                        add("get_attr", f"{prefix}_variance"), add("get_attr", f"{prefix}_eps"))
         rstd = add(_aten.rsqrt.default, variance)

@@ -42,12 +42,16 @@ class Remedy:
     def sites(self, graph: Any) -> list[str]:
         """The places this remedy changes in the exported float `graph`, named as the user's model names
         them, when it changes each independently (empty otherwise): a refused remedy is then measured
-        at each alone, so the report says which one costs the accuracy."""
+        at each alone, so the report says which one costs the accuracy, and kept without it."""
         return []
 
-    def at(self, site: str) -> Remedy:
-        """This remedy acting on `site` (one of `sites`) alone."""
+    def leaving(self, sites: frozenset[str]) -> Remedy:
+        """This remedy with `sites` (some of `sites(graph)`) left as they are."""
         raise NotImplementedError
+
+    def user_lines(self) -> tuple[str, ...]:
+        """What the user adds to their export script for this remedy as configured."""
+        return self.user_change
 
     def on_inputs(self, batch: tuple[Any, ...]) -> tuple[Any, ...]:
         return batch

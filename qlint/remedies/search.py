@@ -195,20 +195,51 @@ def _built(build: Build, remedies: list[Remedy], config: Config, artifact: str,
     return _Candidate(program, as_fed, fixed, measured, io)
 
 
-def _each_site(build: Build, remedy: Remedy, float_graph: Any, config: Config, artifact: str,
+def _each_site(build: Build, remedy: Remedy, sites: list[str], config: Config, artifact: str,
                batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> tuple[SiteMeasurement, ...]:
-    """The SQNR with `remedy` at each of its sites alone, worst first (none when it has fewer than two)."""
-    sites = remedy.sites(float_graph)
-    if len(sites) < 2:
-        return ()
+    """The SQNR with `remedy` at each of `sites` alone, worst first."""
     measured = []
     for site in sites:
+        alone = remedy.leaving(frozenset(sites) - {site})
         try:
-            measured.append(SiteMeasurement(site, _built(build, [remedy.at(site)], config, artifact, batches,
+            measured.append(SiteMeasurement(site, _built(build, [alone], config, artifact, batches,
                                                          reference).measured.sqnr_db))
         except RemedyError as exc:
             measured.append(SiteMeasurement(site, math.nan, str(exc)))
     return tuple(sorted(measured, key=lambda s: (not s.failed, s.sqnr_db)))
+
+
+def _refused_or_partly_kept(
+    remedy: Remedy, refused: _Candidate, baseline: Measurement, float_graph: Any, build: Build, config: Config,
+    artifact: str, batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor],
+) -> tuple[RemedyOutcome, tuple[Remedy, _Candidate] | None]:
+    """A remedy over the guard: with several sites, measured at each alone and then built without
+    the costliest ones, worst first, until the rest help within the guard (kept there) or one is left."""
+    guard = config.remedy_max_sqnr_drop_db
+    drop, gains = sqnr_drop(baseline, refused.measured), _gains(baseline, refused.measured)
+    why = (f"SQNR {baseline.sqnr_db:.1f} -> {refused.measured.sqnr_db:.1f} dB drops {drop:.2f} dB, over the "
+           f"{guard:g} dB guard (remedy_max_sqnr_drop_db); it would give {', '.join(gains)}")
+    sites = remedy.sites(float_graph)
+    measured = _each_site(build, remedy, sites, config, artifact, batches, reference) if len(sites) > 1 else ()
+    left: frozenset[str] = frozenset(s.site for s in measured if s.failed)
+    for worst in (s for s in measured if not s.failed):
+        left |= {worst.site}
+        if len(left) >= len(sites):
+            break
+        partial = remedy.leaving(left)
+        try:
+            candidate = _built(build, [partial], config, artifact, batches, reference)
+        except RemedyError:
+            continue
+        partial_gains = _gains(baseline, candidate.measured)
+        if partial_gains and sqnr_drop(baseline, candidate.measured) <= guard:
+            reason = (f"{'; '.join(partial_gains)}; at {len(sites) - len(left)} of {len(sites)} sites: "
+                      f"{', '.join(sorted(left))} left in float (the costliest alone; at all {len(sites)} the SQNR "
+                      f"drops {drop:.2f} dB, over the {guard:g} dB guard)")
+            return RemedyOutcome(remedy.name, RemedyStatus.KEPT, reason, candidate.measured, partial.user_lines(),
+                                 candidate.io, measured), (partial, candidate)
+    return RemedyOutcome(remedy.name, RemedyStatus.REFUSED, why, refused.measured, remedy.user_lines(), refused.io,
+                         measured), None
 
 
 def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifact: str) -> Remediated:
@@ -226,7 +257,7 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
     baseline = plain.measured
     report = RemedyReport(artifact, baseline, sqnr_inputs=len(batches), max_sqnr_drop_db=guard)
     float_graph = export_float(build.model, build.example)
-    kept: dict[RemedyName, _Candidate] = {}
+    kept: dict[RemedyName, tuple[Remedy, _Candidate]] = {}
     for name in names:
         remedy = REMEDIES[name]
         reason = remedy.not_applicable(float_graph)
@@ -247,25 +278,23 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
         if not gains:
             report.outcomes.append(RemedyOutcome(name, RemedyStatus.SKIPPED, "did not help", measured))
         elif drop > guard:
-            report.outcomes.append(RemedyOutcome(
-                name, RemedyStatus.REFUSED,
-                f"SQNR {baseline.sqnr_db:.1f} -> {measured.sqnr_db:.1f} dB drops {drop:.2f} dB, over the "
-                f"{guard:g} dB guard (remedy_max_sqnr_drop_db); it would give {', '.join(gains)}",
-                measured, remedy.user_change, io, _each_site(build, remedy, float_graph, config, artifact, batches,
-                                                             reference),
-            ))
+            outcome, partly = _refused_or_partly_kept(remedy, candidate, baseline, float_graph, build, config,
+                                                      artifact, batches, reference)
+            report.outcomes.append(outcome)
+            if partly is not None:
+                kept[name] = partly
         else:
-            kept[name] = candidate
+            kept[name] = (remedy, candidate)
             report.outcomes.append(RemedyOutcome(name, RemedyStatus.KEPT, "; ".join(gains), measured,
-                                                 remedy.user_change, io))
+                                                 remedy.user_lines(), io))
     if not kept:
         report.final = baseline
         return Remediated(plain.program, plain.build, report, plain.fixed)
     if len(kept) == 1:
-        final = next(iter(kept.values()))
+        final = next(iter(kept.values()))[1]
     else:
         try:
-            final = _built(build, [REMEDIES[name] for name in kept], config, artifact, batches, reference)
+            final = _built(build, [remedy for remedy, _ in kept.values()], config, artifact, batches, reference)
         except RemedyError as exc:
             return Remediated(plain.program, plain.build, report, plain.fixed,
                               f"the kept remedies together fail, nothing written: {exc}")

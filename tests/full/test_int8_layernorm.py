@@ -1,4 +1,4 @@
-"""The `int8-layernorm` remedy: LayerNorm rebuilt from the ops Cortex-M has int8 kernels for."""
+"""The `int8-layernorm` remedy: LayerNorm and RMSNorm rebuilt from the ops Cortex-M has int8 kernels for."""
 
 from __future__ import annotations
 
@@ -49,6 +49,23 @@ def test_the_rebuilt_layer_norm_equals_f_layer_norm_in_float(shape: tuple[int, .
         assert float((got - expected).abs().max()) <= bound
 
 
+@pytest.mark.parametrize("eps", [None, 1e-6])
+@pytest.mark.parametrize("affine", [True, False])
+def test_the_rebuilt_rms_norm_equals_torchs(eps: float | None, affine: bool) -> None:
+    """`nn.RMSNorm` (an `aten.rms_norm` call): without eps, the dtype's machine epsilon, as torch does."""
+    model = torch.nn.RMSNorm(16, eps=eps, elementwise_affine=affine).eval()
+    if affine:
+        model.weight.data = torch.randn(16, generator=torch.Generator().manual_seed(5))
+    generator = torch.Generator().manual_seed(7)
+    batches = [(torch.randn(2, 4, 16, generator=generator) * scale,) for scale in (1.0, 40.0, 1e-3)]
+    graph = rebuilt(model, batches[0])
+    ops = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
+    assert "aten.rms_norm.default" not in ops and "aten.sub.Tensor" not in ops and "aten.rsqrt.default" in ops
+    for batch in batches:
+        expected, got = model(*batch), graph(*batch)
+        assert float((got - expected).abs().max()) <= 8 * float(expected.abs().max()) * torch.finfo(torch.float32).eps
+
+
 def test_module_layer_norms_are_rebuilt_and_each_skip_says_why() -> None:
     example = (torch.randn(2, 4, 8),)
     several = rebuilt(torch.nn.LayerNorm(8).eval(), example)
@@ -62,4 +79,4 @@ def test_module_layer_norms_are_rebuilt_and_each_skip_says_why() -> None:
     assert Int8LayerNorm().not_applicable(zero_eps) == (
         "layer_norm: eps=0.0 makes rsqrt(variance) infinite for a constant row")
     assert Int8LayerNorm().not_applicable(export_float(torch.nn.Linear(8, 8).eval(), example)) == (
-        "the exported model has no layer_norm")
+        "the exported model has no layer_norm or rms_norm")

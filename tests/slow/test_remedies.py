@@ -134,23 +134,30 @@ def test_int8_layernorm_takes_a_two_layer_transformer_encoder_to_int8_kernels_on
 
 
 @pytest.mark.slow
-def test_int8_layernorm_refused_on_bert_names_the_layer_norm_that_costs_the_accuracy() -> None:
+def test_int8_layernorm_on_bert_leaves_the_layer_norm_that_costs_the_accuracy_in_float() -> None:
+    """All five LayerNorms rebuilt drop the SQNR past the guard; measured one by one, the embeddings'
+    costs it, so the remedy is kept at the other four and the report names the one left."""
     from examples.zoo import ZOO
 
     model, example, calibration = ZOO["bert"]()
     done = remediate(Build(model, example, tuple(calibration)), [RemedyName.INT8_LAYERNORM], Config(), "bert")
-    refused = outcome(done, RemedyName.INT8_LAYERNORM)
-    assert refused.status == RemedyStatus.REFUSED and "fp32 elements 3840 -> 0" in refused.reason
-    base = done.report.baseline.sqnr_db
-    drop = base - refused.measured.sqnr_db
-    assert drop > Config().remedy_max_sqnr_drop_db
-    worst, *others = refused.sites
-    assert worst.site == "model.embeddings.LayerNorm" and base - worst.sqnr_db > 0.5 * drop
-    assert [s.site for s in others] and all(abs(base - s.sqnr_db) < 0.1 for s in others)
+    kept = outcome(done, RemedyName.INT8_LAYERNORM)
+    base = done.report.baseline
+    assert kept.status == RemedyStatus.KEPT and done.error is None, kept.reason
+    assert "at 4 of 5 sites: model.embeddings.LayerNorm left in float (the costliest alone; at all 5 the SQNR drops" \
+        in kept.reason
+    all_five = float(kept.reason.split("the SQNR drops ")[1].split(" dB")[0])
+    assert all_five > Config().remedy_max_sqnr_drop_db >= base.sqnr_db - kept.measured.sqnr_db
+    worst, *others = kept.sites
+    assert worst.site == "model.embeddings.LayerNorm" and base.sqnr_db - worst.sqnr_db > 0.5 * all_five
     assert {s.site for s in others} == {f"model.encoder.layer.{i}.{part}.LayerNorm"
                                         for i in (0, 1) for part in ("attention.output", "output")}
+    assert all(abs(base.sqnr_db - s.sqnr_db) < 0.1 for s in others)
+    # the embeddings' LayerNorm is the one fp32 island left: 768 of the 3,840 fp32 elements
+    assert (base.fp32_elements, kept.measured.fp32_elements) == (3840, 768)
     text = "\n".join(remedy_lines(done.report))
     assert "each site alone, worst first:\n      model.embeddings.LayerNorm: SQNR" in text
+    assert ".module(), skip={'model.embeddings.LayerNorm'})" in text
 
 
 @pytest.mark.slow
