@@ -243,6 +243,7 @@ def fix_program(
 
     options = options or RunOptions()
     dry_run = options.fix is not None and options.fix.dry_run
+    shared = linted is not None  # a caller's lint: fold a copy and leave it whole
     linted = linted or lint_program(program, artifact, config, options)
     if linted.failure is not None:
         raise FixError(f"cannot fix: {lowering_message(linted.failure)}")
@@ -268,7 +269,8 @@ def fix_program(
         summary.fp32_ops = (ops_before, ops_before)
         summary.fp32_elements = (elements_before, elements_before)
         return FixResult(summary, linted.findings, linted.stats, None)
-    lowered, folds, evaluations = detached(linted)
+    lowered, folds, evaluations = (
+        detached(linted) if shared else (linted.lowered, linted.folds, linted.analysis.evaluations))
     before = to_pte(lowered, config.root, "unfixed")
     try:
         reference = run_program(lowered, inputs)
