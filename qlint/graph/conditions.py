@@ -88,7 +88,8 @@ def _broadcast_change(a: list[int], b: list[int]) -> str:
 
     full = list(torch.broadcast_shapes(tuple(a), tuple(b)))
     which = [name for name, s in (("the first operand", a), ("the second operand", b)) if s != full]
-    return f"expand {' and '.join(which)} to {full} (`.expand({', '.join(map(str, full))})`) before the op"
+    return (f"expand {' and '.join(which)} to {full} (`.expand({', '.join(map(str, full))})`) before the op "
+            "(for a config target: the expand-broadcasts remedy, qlint fix --unsafe-fixes)")
 
 
 def _one_shape(node: Node, allow_channel_broadcast: bool) -> list[Failed]:

@@ -276,14 +276,13 @@ def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_element
     value = constant.scalar()
     if base in OFFSET_OPS:
         if value is None:
-            made = (f"; it is computed in the graph ({op_name(operand)}) and never quantized, so "
-                    f"{op_name(node)} runs in fp32"
+            made = (f"; it is computed in the graph ({op_name(operand)}) and never quantized"
                     if constant.kind == ConstantKind.COMPUTED and isinstance(operand, Node) else "")
             return (f"constant {constant.name} differs by position ({constant.numel} elements), as a mask or a "
-                    f"position embedding does, so no table folds it{made}")
+                    f"position embedding does, so no table folds it{made}; {cause_of(node, view.as_quantized)}")
         return ScaleStep(node, base, constant, value)
     if constant.numel > 1 and (value is None or constant.numel > max_elements):
-        return f"per-channel constant {constant.name} ({constant.numel} elements)"
+        return f"per-channel constant {constant.name} ({constant.numel} elements); {cause_of(node, view.as_quantized)}"
     if value is None or value == 0.0:
         return f"constant {constant.name} is zero or not finite"
     return ScaleStep(node, base, constant, value)

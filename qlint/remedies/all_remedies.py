@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from qlint.remedies.channels_last import ChannelsLast
 from qlint.remedies.derived_scale_qparams import DerivedScaleQParams
+from qlint.remedies.expand_broadcasts import ExpandBroadcasts
 from qlint.remedies.int8_io import Int8IO
 from qlint.remedies.int8_layernorm import Int8LayerNorm
 from qlint.remedies.remedy import Remedy
@@ -15,5 +16,6 @@ from qlint.remedies.unfused_attention import UnfusedAttention
 from qlint.settings.config import RemedyName
 
 REMEDIES: dict[RemedyName, Remedy] = {
-    r.name: r for r in (ChannelsLast(), UnfusedAttention(), DerivedScaleQParams(), Int8IO(), Int8LayerNorm())
+    r.name: r for r in (
+        ChannelsLast(), UnfusedAttention(), DerivedScaleQParams(), Int8IO(), Int8LayerNorm(), ExpandBroadcasts())
 }

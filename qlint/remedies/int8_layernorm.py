@@ -28,7 +28,7 @@ stack.load()
 import torch  # noqa: E402
 from torch.fx import GraphModule, Node  # noqa: E402
 
-from qlint.remedies.remedy import Remedy  # noqa: E402
+from qlint.remedies.remedy import Remedy, site_name  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
 _aten = torch.ops.aten
@@ -75,14 +75,6 @@ class Int8LayerNorm(Remedy):
 
     def on_graph(self, graph: Any) -> Any:
         return rebuild_layer_norms(graph, skip_unsupported=True, skip=self.skip)
-
-
-def site_name(node: Node) -> str:
-    """The user's name for a `layer_norm`: the path of the module that called it (`encoder.layers.0.norm1`),
-    else the graph node's name (a functional call at the top level)."""
-    stack = node.meta.get("nn_module_stack") or {}
-    paths = [path for path, _ in stack.values() if path]
-    return paths[-1] if paths else node.name
 
 
 def norm_nodes(graph: Any) -> list[Node]:

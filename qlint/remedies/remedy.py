@@ -81,6 +81,14 @@ def call_nodes(graph: Any, target: Any) -> list[Any]:
     return [n for n in graph.graph.nodes if n.op == "call_function" and n.target == target]
 
 
+def site_name(node: Any) -> str:
+    """The user's name for where a remedy acts: the path of the module that called the op
+    (`encoder.layers.0.norm1`), else the graph node's name (a functional call at the top level)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    paths = [path for path, _ in stack.values() if path]
+    return paths[-1] if paths else node.name
+
+
 def apply_to_build(build: Build, remedies: list[Remedy]) -> Build:
     for remedy in remedies:
         build = remedy.on_build(build)

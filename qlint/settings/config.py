@@ -52,6 +52,7 @@ class RemedyName(StrEnum):
     DERIVED_SCALE_QPARAMS = "derived-scale-qparams"
     INT8_IO = "int8-io"
     INT8_LAYERNORM = "int8-layernorm"
+    EXPAND_BROADCASTS = "expand-broadcasts"
 
 
 class ConfigError(Exception):
@@ -373,7 +374,7 @@ targets: []
 # (unsafe fixes: they change numerics). Each is tried alone and kept only if it
 # helps and the SQNR against the float model drops by at most the guard.
 # `--unsafe-fixes` tries all of them. Known: channels-last, unfused-attention,
-# derived-scale-qparams, int8-io, int8-layernorm.
+# derived-scale-qparams, int8-io, int8-layernorm, expand-broadcasts.
 remedies: []
 remedy_max_sqnr_drop_db: 1.0
 """

@@ -83,7 +83,8 @@ def test_a_float_alpha_is_named_with_the_change_that_meets_it(spec: str, sign: s
 def test_a_div_broadcast_names_the_shapes(name: str, shapes: str, expand: str) -> None:
     [reason] = reasons(lint(*case(f"ops.test_div:{name}")))
     assert f"CortexMDivCheck): operand shapes {shapes} (the int8 div kernel takes operands of one shape" in reason
-    assert reason.endswith(f"fix: expand {expand} to [2, 2, 2, 2] (`.expand(2, 2, 2, 2)`) before the op")
+    assert reason.endswith(f"fix: expand {expand} to [2, 2, 2, 2] (`.expand(2, 2, 2, 2)`) before the op "
+                           "(for a config target: the expand-broadcasts remedy, qlint fix --unsafe-fixes)")
 
 
 def test_a_softmax_over_another_dimension_names_it() -> None:
@@ -192,7 +193,8 @@ def test_a_padding_mask_is_named_by_the_input_it_comes_from(linted: Any) -> None
     assert ", computed from input `attention_mask` of aten.add.Tensor; " in mask
     assert mask.endswith("operand shapes [1, 2, 8, 8] and [1, 1, 1, 8] (quantized add/mul take operands of one "
                          "shape, or a per-channel [N, C, 1, 1] operand of a channels_last tensor); fix: expand the "
-                         "second operand to [1, 2, 8, 8] (`.expand(1, 2, 8, 8)`) before the op")
+                         "second operand to [1, 2, 8, 8] (`.expand(1, 2, 8, 8)`) before the op "
+                         "(for a config target: the expand-broadcasts remedy, qlint fix --unsafe-fixes)")
 
 
 def test_the_conditions_are_written_for_the_installed_executorch() -> None:

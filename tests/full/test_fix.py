@@ -436,7 +436,11 @@ def test_a_per_channel_constant_is_reported_and_left_not_evaluated(
     result = fixed("make_per_channel_scale")
     assert result.summary.folds == []
     assert [item.reason for item in result.summary.left] == [
-        "aten.abs.default: no CortexMQuantizer pattern covers it; per-channel constant _tensor_constant0 (16 elements)"]
+        "aten.abs.default: no CortexMQuantizer pattern covers it; per-channel constant _tensor_constant0 (16 elements); "
+        "aten.div.Tensor: CortexMQuantizer's div pattern refused it (CortexMDivCheck): operand shapes [1, 8, 16] and "
+        "[16] (the int8 div kernel takes operands of one shape: division is not commutative, so no broadcast); fix: "
+        "expand the second operand to [1, 8, 16] (`.expand(1, 8, 16)`) before the op (for a config target: the "
+        "expand-broadcasts remedy, qlint fix --unsafe-fixes)"]
 
 
 @pytest.mark.slow

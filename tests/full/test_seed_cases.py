@@ -282,7 +282,8 @@ def test_a_broadcast_mask_input_names_the_add_check_and_the_expand(linted: Calla
     assert reason.startswith("runtime (non-constant) operand input `mask` [1, 1, 1, 8] of aten.add.Tensor; ")
     assert ("CortexMQuantizer's add pattern refused it (CortexMAddMulCheck): operand shapes [1, 2, 8, 8] and "
             "[1, 1, 1, 8] (") in reason
-    assert reason.endswith("fix: expand the second operand to [1, 2, 8, 8] (`.expand(1, 2, 8, 8)`) before the op")
+    assert reason.endswith("fix: expand the second operand to [1, 2, 8, 8] (`.expand(1, 2, 8, 8)`) before the op "
+                         "(for a config target: the expand-broadcasts remedy, qlint fix --unsafe-fixes)")
 
 
 def test_a_fused_fast_path_op_in_an_artifact_names_the_fast_path_and_how_to_export_without_it() -> None:

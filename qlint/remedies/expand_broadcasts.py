@@ -1,0 +1,131 @@
+"""The `expand-broadcasts` remedy: each elementwise add, sub, mul or div whose operands broadcast
+gets them expanded to its output shape, before `prepare_pt2e`.
+
+CortexMQuantizer's add/mul and div checks take operands of one shape (add/mul also a per-channel
+`[N, C, 1, 1]` operand of a channels_last tensor), so `x + pos_embedding[:T]` with `x` `[1, T, C]`
+and the embedding `[T, C]`, or `scores + mask` with a `[1, 1, 1, T]` mask, stays fp32 although
+both operands could be int8. `expand` is a view the quantizer passes qparams through, and the op
+then lowers to `cortex_m.quantized_add` / `quantized_mul`. Exact in float; the quantized program
+is not (the operand gets quantized, and an expanded runtime operand takes arena bytes), which
+is why it is an unsafe fix measured like the others. A one-element constant operand is left
+alone: `x * c` is a constant-scale island (QL001) that `--fix` folds, not a broadcast to materialize.
+`expand_broadcasts` is public: the line a user adds to their own export script.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from qlint.graph import stack
+
+stack.load()
+
+import torch  # noqa: E402
+from torch.fx import GraphModule, Node  # noqa: E402
+
+from qlint.remedies.remedy import Remedy, site_name  # noqa: E402
+from qlint.settings.config import RemedyName  # noqa: E402
+
+_aten = torch.ops.aten
+_OPS = (_aten.add.Tensor, _aten.sub.Tensor, _aten.mul.Tensor, _aten.div.Tensor)
+_CHANNEL_BROADCAST_OPS = (_aten.add.Tensor, _aten.mul.Tensor)  # what the add/mul check accepts on channels_last
+
+
+class ExpandBroadcasts(Remedy):
+    """Expand the broadcast operands of every elementwise add, sub, mul and div to the op's output shape."""
+
+    name = RemedyName.EXPAND_BROADCASTS
+    user_change = (
+        "from qlint.remedies.expand_broadcasts import expand_broadcasts",
+        "graph = expand_broadcasts(torch.export.export(model, example_inputs).module())  # before prepare_pt2e",
+    )
+
+    def __init__(self, skip: frozenset[str] = frozenset()) -> None:
+        self.skip = skip  # sites (`site_name`) left as they are
+
+    def sites(self, graph: Any) -> list[str]:
+        return list(dict.fromkeys(site_name(n) for n in broadcast_nodes(graph)))
+
+    def leaving(self, sites: frozenset[str]) -> Remedy:
+        return ExpandBroadcasts(skip=self.skip | sites)
+
+    def user_lines(self) -> tuple[str, ...]:
+        if not self.skip:
+            return self.user_change
+        skipped = ", ".join(repr(site) for site in sorted(self.skip))
+        return (self.user_change[0], self.user_change[1].replace(".module())", f".module(), skip={{{skipped}}})"))
+
+    def not_applicable(self, graph: Any) -> str | None:
+        if not broadcast_nodes(graph):
+            return ("no add, sub, mul or div of the exported model has operands that broadcast "
+                    "(one-element constants aside)")
+        return None
+
+    def on_graph(self, graph: Any) -> Any:
+        return expand_broadcasts(graph, skip=self.skip)
+
+
+def _value(arg: Any) -> torch.Tensor | None:
+    value = arg.meta.get("val") if isinstance(arg, Node) else None
+    return value if isinstance(value, torch.Tensor) and value.is_floating_point() else None
+
+
+def _constant_scalar(arg: Any) -> bool:
+    """A one-element constant: `x * c` is a constant-scale island (QL001) `--fix` folds, no broadcast to expand."""
+    value = _value(arg)
+    return value is not None and value.numel() == 1 and arg.op == "get_attr"
+
+
+def _to_expand(node: Node) -> list[int]:
+    """Which of the op's two operands to expand to its output shape (none when the Cortex-M check
+    already takes the operands as they are, or one is a one-element constant)."""
+    from executorch.backends.cortex_m.passes.passes_utils import is_channel_broadcast, is_channels_last
+
+    if node.op != "call_function" or node.target not in _OPS or len(node.args) < 2:
+        return []
+    values = [_value(a) for a in node.args[:2]]
+    out = node.meta.get("val")
+    if any(v is None for v in values) or not isinstance(out, torch.Tensor):
+        return []
+    first, second = values[0], values[1]
+    assert first is not None and second is not None
+    if first.shape == second.shape or any(_constant_scalar(a) for a in node.args[:2]):
+        return []
+    if node.target in _CHANNEL_BROADCAST_OPS and is_channel_broadcast(first, second) and is_channels_last(first):
+        return []
+    return [i for i, v in enumerate(values) if v is not None and v.shape != out.shape]
+
+
+def broadcast_nodes(graph: Any) -> list[Node]:
+    """The graph's elementwise ops whose operands this remedy expands, in graph order."""
+    return [n for n in graph.graph.nodes if _to_expand(n)]
+
+
+def expand_broadcasts(graph: GraphModule, *, skip: Collection[str] = ()) -> GraphModule:
+    """The graph module with the broadcast operands of each add, sub, mul and div expanded to the op's
+    output shape, so CortexMQuantizer's checks take it as an int8 op.
+
+    For an export script: call it on `torch.export.export(...).module()` before `prepare_pt2e`.
+    `skip` names (by module path, `site_name`) the ops to leave as they are.
+    """
+    for node in broadcast_nodes(graph):
+        if site_name(node) in skip:
+            continue
+        out = node.meta["val"]
+        args = list(node.args)
+        for index in _to_expand(node):
+            operand = args[index]
+            assert isinstance(operand, Node)  # `_to_expand` names only operands with a recorded tensor
+            with graph.graph.inserting_before(node):
+                expanded = graph.graph.call_function(_aten.expand.default, (operand, list(out.shape)))
+            with out.fake_mode:
+                expanded.meta["val"] = operand.meta["val"].expand(out.shape)
+            for key in ("stack_trace", "nn_module_stack"):
+                if key in node.meta:
+                    expanded.meta[key] = node.meta[key]
+            args[index] = expanded
+        node.args = tuple(args)
+    graph.graph.lint()
+    graph.recompile()
+    return graph
