@@ -80,7 +80,7 @@ def _jobs(value: str) -> int:
 
 
 # `--write` kinds beside the report formats: files about the run, not the report itself.
-EXTRA_WRITES = ("patch", "model-explorer", "memory-plot")
+EXTRA_WRITES = ("patch", "model-explorer", "memory-plot", "metrics")
 
 
 def _write_spec(value: str) -> tuple[str, Path]:
@@ -133,7 +133,8 @@ def build_parser() -> _Parser:
         help="also write the report in FORMAT (json, github, sarif, markdown) to PATH; repeatable. "
         "patch:PATH writes the kept channels-last remedy as a diff of each target's factory; "
         "model-explorer:DIR node data for each .pt2 to open in Model Explorer; "
-        "memory-plot:PATH (.svg/.png) the live memory plan of each --fix, before and after the folds",
+        "memory-plot:PATH (.svg/.png) the live memory plan of each --fix, before and after the folds; "
+        "metrics:PATH each artifact's figures (SRAM, flash, fp32 work, coverage) as JSON, for --compare",
     )
     check.add_argument("--target-cpu", choices=CPUS, help="Cortex-M CPU to lower for (overrides the config)")
     check.add_argument(
@@ -164,6 +165,11 @@ def build_parser() -> _Parser:
         "--unsafe-fixes",
         action="store_true",
         help="with --fix: also try every remedy on targets (export/quantization changes that change numerics)",
+    )
+    check.add_argument(
+        "--compare", type=Path, metavar="FILE",
+        help="report what changed against the metrics FILE another run wrote (--write metrics:FILE on the base "
+        "branch); budgets' growth limits are checked against it",
     )
     check.add_argument(
         "--baseline", type=Path, metavar="FILE", help="accept the findings recorded in FILE; only new ones count"

@@ -18,10 +18,19 @@ from torch.fx import Node
 
 from qlint.graph.folds import Fold, FoldKind
 from qlint.graph.islands import fp32_compute, requantize_pairs
-from qlint.graph.memory import plan_memory
+from qlint.graph.memory import constant_contributors, peak_contributors, plan_with_buffers
 from qlint.graph.regions import Evaluations, moved_evaluations
 from qlint.graph.view import GraphView, constant_inputs, input_node, output_dtype
-from qlint.rules.records import AppliedFold, ArtifactStats, Finding, FixSummary, LeftIsland, LivePeak, MemoryTimeline
+from qlint.rules.records import (
+    AppliedFold,
+    ArtifactStats,
+    Contributor,
+    Finding,
+    FixSummary,
+    LeftIsland,
+    LivePeak,
+    MemoryTimeline,
+)
 from qlint.settings.config import Config
 from qlint.settings.options import RunOptions
 
@@ -167,6 +176,8 @@ class Serialized:
     arena_bytes: int  # planned activation memory: sum of non_const_buffer_sizes
     peak: LivePeak | None  # what the plan must hold at once, and where
     timeline: MemoryTimeline | None = None  # live bytes at every step
+    at_peak: tuple[Contributor, ...] = ()  # the tensors live at the peak, largest first
+    constants: tuple[Contributor, ...] = ()  # the largest constants, by the module that reads them
 
 
 def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
@@ -187,9 +198,11 @@ def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
             f"to_executorch failed on the {which} program: {type(exc).__name__}: {first_line(exc)}"
         ) from None
     plan_ = executorch.executorch_program.execution_plan[0]
-    graph_module = executorch.exported_program().graph_module
-    timeline, peak = plan_memory(graph_module, root)
-    return Serialized(executorch.buffer, int(sum(plan_.non_const_buffer_sizes)), peak, timeline)
+    shipped = executorch.exported_program()
+    timeline, peak, buffers = plan_with_buffers(shipped.graph_module, root)
+    at_peak = peak_contributors(buffers, peak.step) if peak is not None else ()
+    return Serialized(executorch.buffer, int(sum(plan_.non_const_buffer_sizes)), peak, timeline, at_peak,
+                      constant_contributors(shipped, root))
 
 
 def float_op_count(view: GraphView) -> int:
@@ -204,6 +217,7 @@ class FixResult:
     stats: ArtifactStats
     pte: bytes | None  # None for a dry run
     program: Any = None  # the folded, lowered ExportedProgram
+    serialized: Serialized | None = None  # what was written: its plan, peak and constants
 
 
 def detached(linted: Linted) -> tuple[Any, list[Fold], Evaluations]:
@@ -296,7 +310,7 @@ def fix_program(
     summary.memory = (before.timeline, after.timeline)
     summary.pte_bytes = len(after.pte)
     summary.verified_inputs = len(inputs)
-    return FixResult(summary, after_fix.findings, after_fix.stats, after.pte, lowered)
+    return FixResult(summary, after_fix.findings, after_fix.stats, after.pte, lowered, after)
 
 
 def output_path(folder: Path, name: str, output_dir: Path | None) -> Path:

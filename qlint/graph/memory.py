@@ -17,8 +17,9 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from qlint.rules.records import LivePeak, MemoryTimeline
-from qlint.rules.source import locate
+from qlint.graph.view import op_name
+from qlint.rules.records import Contributor, LivePeak, Location, MemoryTimeline
+from qlint.rules.source import locate, module_name
 
 _ARENA = 1  # mem_id of the planned activation arena; 0 is reserved
 
@@ -33,6 +34,9 @@ class Buffer:
     size: int
     fp32: bool
     input: bool
+    name: str = ""                 # the value: a graph node, or a `.pte` value index
+    what: str = ""                 # its dtype, shape and the op that writes it
+    location: Location | None = None  # the model source line of that op, when known
 
 
 def _specs(node: Node) -> Iterable[Any]:
@@ -40,18 +44,37 @@ def _specs(node: Node) -> Iterable[Any]:
     return spec if isinstance(spec, (list, tuple)) else [spec]
 
 
-def planned_buffers(graph_module: GraphModule) -> list[Buffer]:
-    """Every arena tensor once; a view shares its base's bytes, so unions count it once."""
+def planned_buffers(graph_module: GraphModule, root: Path | None = None) -> list[Buffer]:
+    """Every arena tensor once; a view shares its base's bytes, so unions count it once. With `root`,
+    each names the model source line of the op that writes it."""
     seen: dict[int, Buffer] = {}
     for node in graph_module.graph.nodes:
         for spec in _specs(node):
             if id(spec) in seen or getattr(spec, "mem_id", None) != _ARENA or spec.lifetime[0] is None:
                 continue
+            dtype = str(spec.dtype).removeprefix("torch.")
+            op = _writer(node)
+            writer = "program input" if node.op == "placeholder" else f"output of {op_name(op)}"
+            where = locate(op.meta.get("stack_trace"), root) if root is not None else None
             seen[id(spec)] = Buffer(
                 spec.lifetime[0], spec.lifetime[1], spec.mem_offset, spec.allocated_memory,
                 spec.dtype == torch.float32, node.op == "placeholder",
+                module_name(op) or op.name, f"{dtype} {list(spec.shape)}, {writer}", where,
             )
     return list(seen.values())
+
+
+def _writer(node: Node) -> Node:
+    """The op that writes a planned tensor: in an ExecuTorch program a `memory.alloc` is written by the
+    out-variant op that takes it as `out=`."""
+    if node.op == "call_function" and "alloc" in getattr(node.target, "__name__", ""):
+        return next((u for u in node.users if any(v is node for v in u.kwargs.values())), node)
+    return node
+
+
+def live_at(buffers: Iterable[Buffer], step: int) -> list[Buffer]:
+    """The tensors live at a step, largest first: what a user would shrink to lower the peak."""
+    return sorted((b for b in buffers if b.start <= step <= b.end and b.size > 0), key=lambda b: (-b.size, b.name))
 
 
 def _covered(buffers: Iterable[Buffer]) -> int:
@@ -173,15 +196,70 @@ def peak_step(series: MemoryTimeline) -> int:
 def plan_memory(graph_module: GraphModule, root: Path) -> tuple[MemoryTimeline | None, LivePeak | None]:
     """A lowered program's live bytes at every step and its live peak, with the operator that runs
     there and its source line (the plan's buffers read once for both)."""
-    buffers = planned_buffers(graph_module)
+    series, peak, _ = plan_with_buffers(graph_module, root)
+    return series, peak
+
+
+def plan_with_buffers(graph_module: GraphModule, root: Path
+                      ) -> tuple[MemoryTimeline | None, LivePeak | None, list[Buffer]]:
+    """`plan_memory`, and the buffers it was read from (what is live at the peak is in them)."""
+    buffers = planned_buffers(graph_module, root)
     series = timeline(buffers)
     if series is None:
-        return None, None
+        return None, None, buffers
     node = _operator_at(graph_module, peak_step(series))
     where = locate(node.meta.get("stack_trace"), root) if node is not None else None
     peak = peak_of(buffers, series, node.name if node is not None else "<inputs>", str(where) if where else None)
-    return series, peak
+    return series, peak, buffers
 
 
 def live_peak(graph_module: GraphModule, root: Path) -> LivePeak | None:
     return plan_memory(graph_module, root)[1]
+
+
+def _constant_name(node: Node, seen_through: frozenset[str] = frozenset({"dequantize", "permute", "view"})) -> str:
+    """A constant as the user's model names it: the module of the op that reads it and the argument it
+    fills (`feature_extractor.0.weight`), found through dequantize and layout ops; else its graph name."""
+    pending, visited = list(node.users), set()
+    while pending:
+        user = pending.pop(0)
+        if user in visited:
+            continue
+        visited.add(user)
+        if any(word in str(user.target) for word in seen_through):
+            pending.extend(user.users)
+            continue
+        path = module_name(user)
+        schema = getattr(user.target, "_schema", None)
+        index = next((i for i, a in enumerate(user.args) if a is node or a in visited), None)
+        argument = schema.arguments[index].name if schema is not None and index is not None else "constant"
+        if path is not None:
+            return f"{path}.{argument}"
+    return node.name
+
+
+def constant_contributors(program: Any, root: Path, shown: int = 5) -> tuple[Contributor, ...]:
+    """The program's largest constants (what flash holds besides the program's tables), largest first,
+    named by the module that reads them."""
+    signature = program.graph_signature
+    sources = {**signature.inputs_to_parameters, **signature.inputs_to_buffers,
+               **signature.inputs_to_lifted_tensor_constants}
+    found = []
+    for node in program.graph_module.graph.nodes:
+        if node.op != "placeholder" or node.name not in sources or not node.users:
+            continue  # a constant no op reads is not emitted
+        key = sources[node.name]
+        value = program.state_dict.get(key, program.constants.get(key))
+        if not isinstance(value, torch.Tensor):
+            continue
+        dtype = str(value.dtype).removeprefix("torch.")
+        user = next(iter(node.users), None)
+        where = locate(user.meta.get("stack_trace"), root) if user is not None else None
+        found.append(Contributor(_constant_name(node), value.numel() * value.element_size(),
+                                 f"{dtype} {list(value.shape)}", where))
+    return tuple(sorted(found, key=lambda c: (-c.amount, c.name))[:shown])
+
+
+def peak_contributors(buffers: list[Buffer], step: int, shown: int = 5) -> tuple[Contributor, ...]:
+    """The tensors live at the peak step, largest first: what a user shrinks to lower the arena."""
+    return tuple(Contributor(b.name, b.size, b.what, b.location) for b in live_at(buffers, step)[:shown])

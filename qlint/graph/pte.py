@@ -29,7 +29,7 @@ from typing import Any
 from qlint.graph import stack
 from qlint.io.limits import Limits
 from qlint.io.reads import ReadError
-from qlint.rules.records import PlanMemory, Report
+from qlint.rules.records import Contributor, Figures, PlanMemory, Report
 from qlint.settings.config import Config
 
 # ExecuTorch's ScalarType codes (executorch/exir/scalar_type.py) that a quantized program holds.
@@ -398,14 +398,31 @@ class _PlanReader:
             if where is None or where[0] != _ARENA:
                 continue
             meta = self.meta(val)
+            writer = "program input" if index in inputs else f"output of {self.step_ops[start]}"
+            what = f"{str(meta.dtype).removeprefix('torch.')} {list(meta.shape)}, {writer}"
             buffers.append(Buffer(start, end, where[1], meta.numel() * meta.element_size(),
-                                  int(val.scalar_type) == _FLOAT32, index in inputs))
+                                  int(val.scalar_type) == _FLOAT32, index in inputs, f"value {index}", what))
+        self.planned = buffers
         series = timeline(buffers)
         if series is None:
             return None
         arena = int(sum(self.plan.non_const_buffer_sizes))
         peak = peak_of(buffers, series, self.step_ops[peak_step(series)])
         return PlanMemory(artifact, arena, series, peak)
+
+    def constants(self, shown: int = 5) -> tuple[Contributor, ...]:
+        """The program's largest constants, with the kernel that reads each (a `.pte` keeps no module paths)."""
+        found = []
+        for node in self.graph.nodes:
+            if node.name not in self.buffers:
+                continue
+            value = self.buffers[node.name]
+            reader = next((str(u.target).removeprefix("<EdgeOpOverload: ").split(">")[0] for u in node.users), None)
+            what = f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}" + (
+                f", read by {reader}" if reader else "")
+            found.append(Contributor(node.name.replace("constant_", "constant value "),
+                                     value.numel() * value.element_size(), what))
+        return tuple(sorted(found, key=lambda c: (-c.amount, c.name))[:shown])
 
     def read(self) -> Any:
         self.budget.read(len(self.plan.inputs) + len(self.plan.outputs))
@@ -517,15 +534,31 @@ def _read(program: Any, budget: _Budget) -> tuple[Any, _PlanReader]:
     return GraphView(shim, trusted_shapes=True, graph_id=str(reader.plan.name)), reader
 
 
-def lint_pte(data: bytes, artifact: str, config: Config) -> Report:
-    """Run the rules on the program a `.pte` ships (already lowered: nothing to lower)."""
+def lint_pte(data: bytes, artifact: str, config: Config, measure: bool = False) -> Report:
+    """Run the rules on the program a `.pte` ships (already lowered: nothing to lower); with `measure`,
+    its figures for budgets and metrics, from its own plan."""
+    from qlint.graph.memory import live_at
     from qlint.graph.rules import run_rules
 
     budget = _Budget(config.limits)  # what the file declares, then what its instructions read
     view, reader = _read(_load(data, budget), budget)
     linted = run_rules(view, artifact, config)
     memory = reader.memory(artifact)
-    return Report(findings=linted.findings, stats=[linted.stats], memory=[memory] if memory is not None else [])
+    report = Report(findings=linted.findings, stats=[linted.stats], memory=[memory] if memory is not None else [])
+    if measure:
+        from collections import Counter
+
+        stats = linted.stats
+        figures = Figures(artifact, "the .pte as shipped", dict(Counter(f.code for f in linted.findings)),
+                          stats.fp32_islands, stats.fp32_elements, stats.coverage, flash_bytes=len(data),
+                          flash=reader.constants(), fp32=Contributor.islands(linted.findings))
+        if memory is not None:
+            figures.arena_bytes = figures.sram_bytes = memory.arena_bytes
+            figures.live_peak_bytes = memory.peak.bytes
+            figures.sram = tuple(Contributor(b.name, b.size, b.what)
+                                 for b in live_at(reader.planned, memory.peak.step)[:5])
+        report.figures.append(figures)
+    return report
 
 
 __all__ = ["ReadError", "lint_pte", "load_pte", "program_view"]

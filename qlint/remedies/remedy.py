@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from qlint.rules.records import ProgramIO
+from qlint.rules.source import module_name
 from qlint.settings.config import RemedyName
 
 
@@ -84,9 +85,7 @@ def call_nodes(graph: Any, target: Any) -> list[Any]:
 def site_name(node: Any) -> str:
     """The user's name for where a remedy acts: the path of the module that called the op
     (`encoder.layers.0.norm1`), else the graph node's name (a functional call at the top level)."""
-    stack = node.meta.get("nn_module_stack") or {}
-    paths = [path for path, _ in stack.values() if path]
-    return paths[-1] if paths else node.name
+    return module_name(node) or node.name
 
 
 def apply_to_build(build: Build, remedies: list[Remedy]) -> Build:

@@ -99,6 +99,10 @@ def text(report: Report, *, quiet: bool = False) -> str:
     for summary in report.fixes:
         lines.extend(fix_lines(summary))
     lines.extend(memory_line(plan) for plan in report.memory)
+    if report.compared is not None:
+        from qlint.report.budgets import delta_text
+
+        lines.extend(delta_text(report.deltas, report.compared).splitlines())
     lines = [printable(line) for line in lines]  # names and messages come from artifacts
     if not quiet and report.stats:
         lines.append("")
@@ -254,9 +258,21 @@ def as_json(report: Report) -> str:
             "fixes": [f.to_dict() for f in report.fixes],
             "remedies": [r.to_dict() for r in report.remedies],
             "memory": [m.to_dict() for m in report.memory],
+            **_figures_and_compare(report),
         },
         indent=2,
     )
+
+
+def _figures_and_compare(report: Report) -> dict[str, Any]:
+    """The figures and the comparison, in JSON only when the run measured (budgets, metrics, --compare)."""
+    found: dict[str, Any] = {}
+    if report.figures:
+        found["figures"] = [{"artifact": f.artifact, **f.to_dict()} for f in report.figures]
+    if report.compared is not None:
+        found["compare"] = {"base": report.compared, "artifacts": [
+            {"artifact": d.artifact, "before": d.before, "after": d.after} for d in report.deltas]}
+    return found
 
 
 def _gh_escape(value: str, prop: bool = False) -> str:
@@ -355,6 +371,10 @@ def markdown(report: Report, attachments: Sequence[str] = ()) -> str:
         lines += ["```", *(printable(line) for line in fix_lines(fix)), "```", ""]
     if report.memory:
         lines += ["```", *(printable(memory_line(plan)) for plan in report.memory), "```", ""]
+    if report.compared is not None:
+        from qlint.report.budgets import delta_markdown
+
+        lines += [delta_markdown(report.deltas, report.compared), ""]
     for error in report.errors:
         lines.append(printable(f"- :x: `{error.artifact}`: {error.message}"))
     for link in attachments:

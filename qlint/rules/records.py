@@ -142,6 +142,82 @@ class PlanMemory:
         return asdict(self)
 
 
+def _op_counts(ops: list[str]) -> str:
+    """`aten.convolution.default x9, aten.relu.default x8`: an island's ops, each once with its count."""
+    counts: dict[str, int] = {}
+    for op in ops:
+        counts[op] = counts.get(op, 0) + 1
+    return ", ".join(op if n == 1 else f"{op} x{n}" for op, n in counts.items())
+
+
+@dataclass(frozen=True)
+class Contributor:
+    """A part of a budgeted figure that the user can change: a tensor live at the SRAM peak, a constant
+    in flash, an fp32 island."""
+
+    name: str                    # a graph node, a parameter's module path, an island's ops
+    amount: int                  # bytes (fp32 work: elements per inference)
+    what: str = ""               # dtype, shape, what writes it
+    location: Location | None = None  # the model source line, when known
+
+    @staticmethod
+    def islands(findings: list[Finding], shown: int = 5) -> tuple[Contributor, ...]:
+        """The fp32 islands of these findings by elements per inference, largest first: what the fp32
+        budgets are made of."""
+        found = sorted((f for f in findings if f.details.get("fp32_elements")),
+                       key=lambda f: (-int(f.details["fp32_elements"]), f.node))
+        return tuple(Contributor(f"{f.code} island at {f.node}", int(f.details["fp32_elements"]),
+                                 _op_counts(f.details.get("ops") or []), f.location) for f in found[:shown])
+
+    def __str__(self) -> str:
+        where = f" at {self.location}" if self.location else ""
+        what = f" ({self.what})" if self.what else ""
+        return f"{self.name}{what}{where}: {self.amount:,}"
+
+
+@dataclass
+class Figures:
+    """What one artifact or target measures against its budgets, and what `--write metrics:` records."""
+
+    artifact: str
+    measured: str                       # which program: the `.pte` as shipped, or the one `--fix` writes
+    findings: dict[str, int] = field(default_factory=dict)   # by code
+    fp32_islands: int = 0
+    fp32_elements: int = 0
+    coverage: float = 1.0
+    arena_bytes: int | None = None      # planned (non_const_buffer_sizes)
+    live_peak_bytes: int | None = None
+    sram_bytes: int | None = None       # what the SRAM budget holds: the planned arena
+    flash_bytes: int | None = None      # the .pte's length
+    sram: tuple[Contributor, ...] = ()  # tensors live at the peak, largest first
+    flash: tuple[Contributor, ...] = ()  # the largest constants
+    fp32: tuple[Contributor, ...] = ()  # the largest fp32 islands (elements per inference)
+
+    METRICS = ("fp32_islands", "fp32_elements", "coverage", "arena_bytes", "live_peak_bytes", "sram_bytes",
+               "flash_bytes")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures `--write metrics:` and `--compare` exchange (contributors are the report's)."""
+        return {"measured": self.measured, "findings": dict(sorted(self.findings.items())),
+                **{key: getattr(self, key) for key in self.METRICS}}
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One artifact's figures before and after a change (`None` before: a new artifact; after: removed)."""
+
+    artifact: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+    def changed(self) -> list[tuple[str, Any, Any]]:
+        """(figure, before, after) for each figure that differs."""
+        if self.before is None or self.after is None:
+            return []
+        return [(key, self.before.get(key), self.after.get(key)) for key in Figures.METRICS
+                if self.before.get(key) != self.after.get(key)]
+
+
 @dataclass
 class FixSummary:
     """What `--fix` did to one artifact (or, with `--diff`, would do)."""
@@ -278,6 +354,9 @@ class Report:
     fixes: list[FixSummary] = field(default_factory=list)
     remedies: list[RemedyReport] = field(default_factory=list)
     memory: list[PlanMemory] = field(default_factory=list)   # of the checked .pte files
+    figures: list[Figures] = field(default_factory=list)     # measured when budgets or metrics ask
+    compared: str | None = None                              # `--compare FILE`: the base run's metrics
+    deltas: list[Delta] = field(default_factory=list)        # what changed against it
     checked: int = 0                                # artifacts and targets attempted
 
     def extend(self, other: Report) -> None:
@@ -288,3 +367,4 @@ class Report:
         self.fixes.extend(other.fixes)
         self.remedies.extend(other.remedies)
         self.memory.extend(other.memory)
+        self.figures.extend(other.figures)

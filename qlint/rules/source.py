@@ -94,3 +94,11 @@ def module_path(nn_module_stack: Any) -> str | None:
     name = getattr(kind, "__name__", None) or str(kind).rsplit(".", 1)[-1].rstrip("'>")
     path = str(path).replace("L['self'].", "") or "the model"
     return printable(f"{path[:200]} ({name[:80]})")
+
+
+def module_name(node: Any) -> str | None:
+    """The path of the module whose forward created a graph node (`encoder.layers.0.norm1`), when
+    export recorded it (`nn_module_stack`): the user's own name for where an op comes from."""
+    stack = node.meta.get("nn_module_stack") or {}
+    paths = [path for path, _ in stack.values() if path]
+    return paths[-1] if paths else None

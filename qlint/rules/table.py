@@ -24,6 +24,7 @@ class Scope(StrEnum):
     REGION = "region"       # once per island or requantize pair of its code: (context, region) -> finding
     PROGRAM = "program"     # once per program, after the regions: (context) -> findings
     REPORT = "report"       # once per run, on the finished report: (config, sources, files, used) -> findings
+    FIGURES = "figures"     # once per run, on the measured figures: (report, config, base metrics) -> findings
 
 
 class Applicability(StrEnum):
@@ -69,6 +70,7 @@ TABLE: tuple[Row, ...] = (
     Row("QL007", Scope.PROGRAM, "qlint.graph.rules:lowered_program_invalid", None,
         Applicability.UNSAFE, Availability.SOMETIMES),
     Row("QL008", Scope.REGION, "qlint.graph.rules:constant_subgraph", None, _S, Availability.SOMETIMES),
+    Row("QL009", Scope.FIGURES, "qlint.report.budgets:over_budget", None, _N, Availability.NONE),
 )
 
 

@@ -126,8 +126,8 @@ class Cache:
             return None  # missing, corrupt or tampered with: recompute and rewrite
 
     def put(self, key: str, report: Report) -> None:
-        if report.errors:
-            return  # input errors are re-reported every run
+        if report.errors or report.figures:
+            return  # input errors are re-reported every run; figures are measured every run
         data = {"schema": SCHEMA, "findings": [f.to_dict() for f in report.findings],
                 "stats": [s.to_dict() for s in report.stats], "memory": [m.to_dict() for m in report.memory]}
         target = self._file(key)

@@ -125,6 +125,7 @@ def fix_into(
 
     try:
         result = fix_program(program, artifact, config, inputs, options)
+        _measured_fix(report, artifact, result, options)
     except FixError as exc:
         report.errors.append(InputError(artifact, str(exc)))
         return
@@ -132,6 +133,18 @@ def fix_into(
         report.errors.append(InputError(artifact, f"fix failed verification, nothing written: {exc}"))
         return
     record_fix(report, result, artifact, destination)
+
+
+def _measured_fix(report: Report, artifact: str, result: Any, options: RunOptions) -> None:
+    """The figures of a fix that was made, when budgets or metrics ask (`--diff` writes no program:
+    its figures have no memory, and a memory budget says it was not measured)."""
+    if options.measure:
+        from qlint.fix.measure import of_fix
+
+        figures = of_fix(artifact, result.findings, result)
+        if result.serialized is None:
+            figures.measured = "not measured: --diff serializes no program"
+        report.figures.append(figures)
 
 
 def record_fix(report: Report, result: Any, artifact: str, destination: Path) -> None:
@@ -217,7 +230,7 @@ def lint_bytes(path: Path, data: bytes, artifact: str, config: Config, options: 
         if path.suffix == ".pte":
             from qlint.graph.pte import lint_pte
 
-            return lint_pte(data, artifact, config)
+            return lint_pte(data, artifact, config, options.measure)
         from qlint.graph.readers import read_pt2, sample_inputs
 
         program = read_pt2(data, config.limits)
@@ -258,6 +271,7 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
                 from qlint.fix.apply import output_path
 
                 destination = output_path(config.base, target.name, options.fix.output_dir)
+                _measured_fix(report, artifact, remediated.fixed, options)
                 record_fix(report, remediated.fixed, artifact, destination)
                 return report
             program, built = remediated.program, remediated.build
@@ -295,6 +309,12 @@ def _lint_or_fix(report: Report, program: Any, artifact: str, config: Config, op
         linted = lint_program(program, artifact, config, options)
         report.findings.extend(linted.findings)
         report.stats.append(linted.stats)
+        if options.measure:
+            from qlint.fix.apply import verification_inputs
+            from qlint.fix.measure import measure
+
+            inputs = verification_inputs(example, extra)
+            report.figures.append(measure(program, linted, artifact, config, inputs, options))
         return
     from qlint.fix.apply import output_path, verification_inputs
 

@@ -20,6 +20,17 @@ from qlint.io.limits import Limits
 from qlint.io.reads import ReadError, printable, read_input
 from qlint.rules.catalog import load_catalog
 from qlint.rules.records import Severity
+from qlint.settings.boards import Board
+from qlint.settings.budgets import (
+    COUNT_KEYS,
+    GROWTH_KEYS,
+    SIZE_KEYS,
+    Budget,
+    Budgets,
+    Growth,
+    parse_percent,
+    parse_size,
+)
 
 CONFIG_NAME = ".qlint.yaml"
 CONFIG_MAX_BYTES = 1 << 20
@@ -77,6 +88,7 @@ class Target:
     factory: str
     line: int = 0
     remedies: tuple[RemedyName, ...] | None = None  # None: the config's list
+    budgets: Budget | None = None  # its own limits over the config's
 
 
 @dataclass(frozen=True)
@@ -95,6 +107,7 @@ class Config:
     targets: tuple[Target, ...] = ()
     remedies: tuple[RemedyName, ...] = ()   # unsafe fixes `--fix` applies to targets without --unsafe-fixes
     remedy_max_sqnr_drop_db: float = 1.0    # a remedy costing more accuracy than this is refused
+    budgets: Budgets = field(default_factory=Budgets)
 
     @property
     def base(self) -> Path:
@@ -218,12 +231,22 @@ class _Parser:
         config = Config(path=self.path, root=find_repo_root(self.path.parent))
         if root is None:
             return config
+        self.board_names: list[tuple[yaml.Node, str, str]] = []  # checked once `boards:` is read
         changes: dict[str, Any] = {}
         for key, knode, value in self.mapping(root, "<root>"):
             handler = getattr(self, f"key_{key}", None)
             if handler is None:
                 raise self.error(knode, key, "unknown key")
             changes[key if key != "rules" else "severities"] = handler(value, key)
+        boards = changes.pop("boards", {})
+        changes["budgets"] = replace(changes.get("budgets", Budgets()), boards=boards)
+        for node, key, name in self.board_names:
+            if changes["budgets"].board(name) is None:
+                from qlint.settings.boards import BOARDS
+
+                known = ", ".join(sorted({*BOARDS, *boards}))
+                raise self.error(node, key, f"unknown board {name!r} (known: {known}; a board of your own goes "
+                                            "under `boards:`)")
         return replace(config, **changes)
 
     def key_target_cpu(self, node: yaml.Node, key: str) -> str:
@@ -301,16 +324,100 @@ class _Parser:
             raise self.error(node, key, f"must be a number of dB from 0, got {value}")
         return value
 
+    def origin(self, node: yaml.Node, key: str) -> str:
+        return f"{key} in {self.path.name}:{node.start_mark.line + 1}"
+
+    def size_or_count(self, node: yaml.Node, key: str, name: str) -> float:
+        """A size (`sram`, `flash`: bytes or KiB/MiB), a count, or a share (`coverage`: 90% or 0.9)."""
+        text = self.scalar(node, key, str)
+        try:
+            if name in SIZE_KEYS:
+                return parse_size(text)
+            if name == "coverage":
+                return parse_percent(text)
+            if not text.strip().isdigit():
+                raise ValueError(f"expected a whole number of {name.replace('_', ' ')}, got {printable(text)[:40]!r}")
+            return int(text)
+        except ValueError as exc:
+            raise self.error(node, key, str(exc)) from None
+
+    def growth(self, node: yaml.Node, key: str) -> dict[str, Growth]:
+        """`{sram: 5%, fp32_islands: 0}`: a share of the base's figure, or an amount in its unit."""
+        limits = {}
+        for name, knode, value in self.mapping(node, key):
+            full = f"{key}.{name}"
+            if name not in GROWTH_KEYS:
+                raise self.error(knode, full, f"unknown key (known: {', '.join(GROWTH_KEYS)})")
+            text = self.scalar(value, full, str).strip()
+            if name == "coverage" or text.endswith("%"):  # coverage: a drop in percentage points
+                try:
+                    amount = float(text.removesuffix("%"))
+                except ValueError:
+                    amount = -1.0
+                if not 0 <= amount < 1e9:
+                    raise self.error(value, full, f"expected a growth like 5% or 0, got {printable(text)[:40]!r}")
+                limits[name] = Growth(amount / 100, False) if name == "coverage" else Growth(amount, True)
+            else:
+                limits[name] = Growth(self.size_or_count(value, full, name), False)
+        return limits
+
+    def budget(self, node: yaml.Node, key: str) -> Budget:
+        return self.budget_level(node, key, per_file=False)[0]
+
+    def budget_level(self, node: yaml.Node, key: str, per_file: bool) -> tuple[Budget, tuple[tuple[str, Budget], ...]]:
+        """One level of budgets; the top level may hold `per_file` globs with their own."""
+        limits: dict[str, float] = {}
+        board, growth = None, {}
+        globs: list[tuple[str, Budget]] = []
+        for name, knode, value in self.mapping(node, key):
+            full = f"{key}.{name}"
+            if name in (*SIZE_KEYS, *COUNT_KEYS, "coverage"):
+                limits[name] = self.size_or_count(value, full, name)
+            elif name == "board":
+                board = self.scalar(value, full, str)
+                self.board_names.append((value, full, board))
+            elif name == "growth":
+                growth = self.growth(value, full)
+            elif name == "per_file" and per_file:
+                globs = [(pattern, self.budget(v, f"{full}.{pattern}")) for pattern, _, v in self.mapping(value, full)]
+            else:
+                known = ", ".join((*SIZE_KEYS, *COUNT_KEYS, "coverage", "board", "growth")
+                                  + (("per_file",) if per_file else ()))
+                raise self.error(knode, full, f"unknown key (known: {known})")
+        return Budget(self.origin(node, key), limits, board, growth), tuple(globs)
+
+    def key_budgets(self, node: yaml.Node, key: str) -> Budgets:
+        default, per_file = self.budget_level(node, key, per_file=True)
+        return Budgets(default=None if default.empty else default, per_file=per_file)
+
+    def key_boards(self, node: yaml.Node, key: str) -> dict[str, Board]:
+        """The user's own boards: `{my-board: {sram: 128KiB, flash: 1MiB}}`."""
+        boards = {}
+        for name, _, value in self.mapping(node, key):
+            sizes: dict[str, int] = {}
+            for field_, knode, size in self.mapping(value, f"{key}.{name}"):
+                if field_ not in SIZE_KEYS:
+                    raise self.error(knode, f"{key}.{name}.{field_}", "unknown key (known: sram, flash)")
+                sizes[field_] = int(self.size_or_count(size, f"{key}.{name}.{field_}", field_))
+            missing = [k for k in SIZE_KEYS if k not in sizes]
+            if missing:
+                raise self.error(value, f"{key}.{name}", f"a board needs {' and '.join(missing)}")
+            boards[name] = Board(name, "", sizes["sram"], sizes["flash"], self.origin(value, f"{key}.{name}"))
+        return boards
+
     def key_targets(self, node: yaml.Node, key: str) -> tuple[Target, ...]:
         if not isinstance(node, yaml.SequenceNode):
-            raise self.error(node, key, "expected a list of {name, factory[, remedies]} mappings")
+            raise self.error(node, key, "expected a list of {name, factory[, remedies][, budgets]} mappings")
         targets = []
         for item in node.value:
             fields: dict[str, str] = {}
-            remedies = None
+            remedies, budgets = None, None
             for name, knode, value in self.mapping(item, key):
                 if name == "remedies":
                     remedies = self.key_remedies(value, f"{key}.remedies")
+                    continue
+                if name == "budgets":
+                    budgets = self.budget(value, f"{key}.budgets")
                     continue
                 if name not in ("name", "factory"):
                     raise self.error(knode, f"{key}.{name}", "unknown key")
@@ -320,8 +427,10 @@ class _Parser:
             if not FACTORY_RE.match(fields["factory"]):
                 raise self.error(item, f"{key}.factory", f"{fields['factory']!r} is not `package.module:function`")
             name = fields.get("name") or fields["factory"].rsplit(":", 1)[1]
+            if budgets is not None:  # named for the target, which its name may follow
+                budgets = replace(budgets, origin=budgets.origin.replace(f"{key}.budgets", f"target {name}'s budgets"))
             targets.append(Target(name=name, factory=fields["factory"], line=item.start_mark.line + 1,
-                                  remedies=remedies))
+                                  remedies=remedies, budgets=budgets))
         return tuple(targets)
 
 
@@ -348,6 +457,7 @@ rules:
   QL006: off
   QL007: error
   QL008: warning
+  QL009: error
 
 # QL005 fires when the share of compute ops running as int kernels is below this.
 coverage_threshold: 0.9
@@ -377,4 +487,18 @@ targets: []
 # derived-scale-qparams, int8-io, int8-layernorm, expand-broadcasts.
 remedies: []
 remedy_max_sqnr_drop_db: 1.0
+
+# Budgets (QL009): what each artifact and target may need, measured on the program `--fix`
+# writes (a .pte: as shipped). Sizes in bytes, KiB or MiB; `board:` takes sram and flash from
+# a board (docs/budgets.md lists them); `growth:` limits apply with `--compare FILE`.
+# budgets:
+#   sram: 64KiB                  # the planned activation arena
+#   flash: 256KiB                # the .pte's length
+#   fp32_islands: 0
+#   coverage: 90%                # a minimum
+#   growth: {sram: 5%, fp32_islands: 0}
+#   per_file:
+#     "models/kws*.pt2": {board: nrf52840-dk}
+# boards:
+#   my-board: {sram: 128KiB, flash: 1MiB}
 """

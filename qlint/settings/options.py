@@ -33,6 +33,7 @@ class RunOptions:
     verbose: bool = False   # full tracebacks in QL003 messages and errors
     fix: FixOptions | None = None
     static: bool = False    # --static: QL001/QL004 from the graph JSON, no torch (`qlint.static`)
+    measure: bool = False   # budgets or metrics asked: serialize each program and read its figures
 
     def cache_key(self) -> dict[str, Any]:
         """Every field, so a report cached under other options is never reused."""

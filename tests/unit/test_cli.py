@@ -47,7 +47,7 @@ def test_rule_page_renders_every_section() -> None:
 
 
 CHECK_HELP = "Run 'qlint check --help' for usage."
-KNOWN = "(known: QL001, QL002, QL003, QL004, QL005, QL006, QL007, QL008)"
+KNOWN = "(known: QL001, QL002, QL003, QL004, QL005, QL006, QL007, QL008, QL009)"
 
 
 def qlint(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -22,7 +22,7 @@ def write(tmp_path: Path, text: str) -> Path:
     ("text", "line", "key", "message"),
     [
         ("target_cpu: cortex-m55\ncolour: red\n", 2, "colour", "unknown key"),
-        ("rules:\n  QL001: error\n  QL009: warning\n", 3, "rules.QL009", "unknown rule code"),
+        ("rules:\n  QL001: error\n  QL099: warning\n", 3, "rules.QL099", "unknown rule code"),
         ("rules:\n  QL001: loud\n", 2, "rules.QL001", "'loud' is not one of error, warning, info, off"),
         ("coverage_threshold: high\n", 1, "coverage_threshold", "expected float"),
         ("fold:\n  max_elements: 1\n  dtypes: [int8, int4]\n", 3, "fold.dtypes", "'int4' is not one of int8, int16"),

@@ -1,10 +1,11 @@
 """`qlint check` (and `qlint fix`, which is `check --fix`): check the inputs, print the report,
 exit by the findings.
 
-`cmd_check` is six steps, in this order, each under its heading below: validate the options,
-select the inputs, run the engine, apply suppressions and the baseline, write the outputs, decide
-the exit code. A step that ends the run returns its exit code and the later ones do not run. Torch is
-imported by the engine only, once a program has to be read: with `--static` never.
+`cmd_check` is seven steps, in this order, each under its heading below: validate the options,
+select the inputs, run the engine, hold the figures to the budgets, apply suppressions and the
+baseline, write the outputs, decide the exit code. A step that ends the run returns its exit code
+and the later ones do not run. Torch is imported by the engine only, once a program has to be
+read: with `--static` never.
 """
 
 from __future__ import annotations
@@ -37,11 +38,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     config = _config(args)
     if config is None:
         return EXIT_ERROR
-    options = _run_options(args)
+    options = _run_options(args, config)
     if options is None:
         return EXIT_ERROR
     paths, targets = _inputs(args, config)
     report = _run_engine(args, config, options, paths, targets)
+    ended = _budgets(report, args, config)
+    if ended is not None:
+        return ended
     ended = _settle(report, args, config)
     if ended is not None:
         return ended
@@ -96,7 +100,7 @@ def _config(args: argparse.Namespace) -> Config | None:
         return None
 
 
-def _run_options(args: argparse.Namespace) -> RunOptions | None:
+def _run_options(args: argparse.Namespace, config: Config) -> RunOptions | None:
     """How each input is checked (and fixed); None after an error line when `--output-dir` cannot be made.
 
     The output folder is made before the run, so that a fix is never computed only to find
@@ -112,7 +116,10 @@ def _run_options(args: argparse.Namespace) -> RunOptions | None:
                 say(f"qlint: error: --output-dir {printable(str(args.output_dir))}: {problem}")
                 return None
         fix = FixOptions(output_dir=args.output_dir, dry_run=args.diff, unsafe_fixes=args.unsafe_fixes)
-    return RunOptions(order=LoweringOrder(args.lowering), verbose=args.verbose, fix=fix, static=args.static)
+    measure = (config.budgets.any or any(t.budgets is not None for t in config.targets)
+               or args.compare is not None or any(fmt == "metrics" for fmt, _ in args.write))
+    return RunOptions(order=LoweringOrder(args.lowering), verbose=args.verbose, fix=fix, static=args.static,
+                      measure=measure and not args.static)
 
 
 # Select the inputs.
@@ -178,6 +185,26 @@ def _progress_bar(args: argparse.Namespace) -> Callable[[int, int, str], None] |
             to_devnull(sys.stderr)
 
     return show
+
+
+# Hold the figures to the budgets.
+
+
+def _budgets(report: Report, args: argparse.Namespace, config: Config) -> int | None:
+    """Add a QL009 for each budget the figures break (with `--compare`, each growth limit too) and
+    what changed against the base run; an exit code when the base's metrics cannot be read."""
+    from qlint.report.budgets import MetricsError, budget_findings, deltas, read_metrics
+
+    base = None
+    if args.compare is not None:
+        try:
+            base = read_metrics(args.compare)
+        except MetricsError as exc:
+            say(f"qlint: error: --compare: {printable(str(exc))}")
+            return EXIT_ERROR
+        report.compared, report.deltas = printable(str(args.compare)), deltas(report, base)
+    report.findings.extend(budget_findings(report, config, base))
+    return None
 
 
 # Apply suppressions and the baseline.
@@ -283,6 +310,10 @@ def _write_one(report: Report, fmt: str, path: Path, config: Config, written: li
             for note in patch.notes:
                 say(f"qlint: patch: {printable(note)}")
             text = patch.diff
+        elif fmt == "metrics":
+            from qlint.report.budgets import metrics_json
+
+            text = metrics_json(report) + "\n"
         elif fmt == "markdown":
             text = formats.markdown(report, attachments=_relative_to(written, path.parent)) + "\n"
         else:

@@ -1,0 +1,234 @@
+"""Budgets and deltas over the figures of a run: QL009 findings, the metrics file, and what a change did.
+
+The engine measures each artifact's figures (`Figures`, when budgets or metrics ask); here they
+meet the config's budgets (`qlint.settings.budgets`) and, with `--compare`, a base run's metrics
+file. Nothing here lowers or serializes: the budget check costs no lowering.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from qlint import __version__
+from qlint.io.reads import ReadError, printable, read_input
+from qlint.rules.records import Contributor, Delta, Figures, Finding, Report
+from qlint.settings.budgets import Growth, Resolved, show_size
+from qlint.settings.config import Config
+
+CODE = "QL009"
+METRICS_SCHEMA = 1
+METRICS_MAX_BYTES = 16 << 20
+# What each budgeted figure is called, and the Figures field that holds it.
+FIGURE = {"sram": "sram_bytes", "flash": "flash_bytes", "fp32_elements": "fp32_elements",
+          "fp32_islands": "fp32_islands", "coverage": "coverage"}
+LABEL = {"sram": "SRAM", "flash": "flash", "fp32_elements": "fp32 elements per inference",
+         "fp32_islands": "fp32 islands", "coverage": "int8 coverage"}
+
+
+class MetricsError(Exception):
+    """A metrics file that cannot be read: one line, exit code 2."""
+
+
+def show(key: str, value: float) -> str:
+    if key in ("sram", "flash"):
+        return show_size(int(value))
+    if key == "coverage":
+        return f"{100 * value:.1f}%"
+    return f"{int(value):,}"
+
+
+def _contributors(key: str, figures: Figures) -> tuple[Contributor, ...]:
+    return {"sram": figures.sram, "flash": figures.flash}.get(key, figures.fp32)
+
+
+def _contributor_text(key: str, figures: Figures) -> str:
+    items = _contributors(key, figures)
+    if not items:
+        return ""
+    heading = {"sram": "live at the peak", "flash": "largest constants"}.get(key, "largest fp32 islands")
+    return f"; {heading}: " + "; ".join(str(c) for c in items)
+
+
+def _finding(config: Config, figures: Figures, key: str, message: str, details: dict[str, Any]) -> Finding:
+    contributors = _contributors(key, figures)
+    location = next((c.location for c in contributors if c.location is not None), None)
+    return Finding(CODE, config.severity(CODE), message, figures.artifact, location=location, details={
+        "budget": key, "measured_from": figures.measured,
+        "contributors": [{"name": c.name, "amount": c.amount, "what": c.what,
+                          "location": str(c.location) if c.location else None} for c in contributors],
+        **details})
+
+
+def over_limits(figures: Figures, resolved: Resolved, config: Config) -> list[Finding]:
+    """A QL009 for each limit the figures break, and for each limit that could not be measured."""
+    found = []
+    for key, limit in resolved.limits.items():
+        value = getattr(figures, FIGURE[key])
+        if value is None:
+            budget = f"{LABEL[key]} budget {show(key, limit.value)} ({limit.origin})"
+            message = f"{budget} cannot be checked: {figures.measured}"
+            found.append(_finding(config, figures, key, message,
+                                  {"limit": limit.value, "measured": None, "origin": limit.origin}))
+            continue
+        broken = value < limit.value if key == "coverage" else value > limit.value
+        if not broken:
+            continue
+        side = "under its minimum" if key == "coverage" else "over its budget"
+        by = limit.value - value if key == "coverage" else value - limit.value
+        message = (f"{LABEL[key]} {show(key, value)} {side} {show(key, limit.value)} by {show(key, by)} "
+                   f"({limit.origin}); measured {figures.measured}{_contributor_text(key, figures)}")
+        found.append(_finding(config, figures, key, message,
+                              {"limit": limit.value, "measured": value, "origin": limit.origin}))
+    return found
+
+
+def over_growth(figures: Figures, base: dict[str, Any], resolved: Resolved, config: Config) -> list[Finding]:
+    """A QL009 for each figure that grew (coverage: fell) past its growth limit against the base run."""
+    found = []
+    for key, (growth, origin) in resolved.growth.items():
+        value, before = getattr(figures, FIGURE[key]), base.get(FIGURE[key])
+        if value is None or before is None:
+            continue
+        change = (before - value) if key == "coverage" else (value - before)
+        allowed = growth.allowed(before)
+        if change <= allowed + 1e-12:
+            continue
+        verb = "fell" if key == "coverage" else "grew"
+        relative = f", {100 * change / before:+.1f}%" if before and key != "coverage" else ""
+        message = (f"{LABEL[key]} {verb} {show(key, before)} -> {show(key, value)} ({_signed(key, value - before)}"
+                   f"{relative}), past its growth budget {_growth_text(key, growth)} ({origin}); measured "
+                   f"{figures.measured}{_contributor_text(key, figures)}")
+        found.append(_finding(config, figures, key, message, {
+            "growth": str(growth), "before": before, "measured": value, "origin": origin}))
+    return found
+
+
+def _growth_text(key: str, growth: Growth) -> str:
+    if key == "coverage":
+        return f"{100 * growth.amount:g} points"
+    return str(growth) if growth.percent else show(key, growth.amount)
+
+
+def _signed(key: str, change: float) -> str:
+    if key == "coverage":
+        return f"{100 * change:+.1f} points"
+    return ("+" if change >= 0 else "-") + show(key, abs(change))
+
+
+def budget_findings(report: Report, config: Config, base: dict[str, dict[str, Any]] | None) -> list[Finding]:
+    """The findings of the rules over the run's figures (QL009), through the rule table."""
+    from qlint.rules.catalog import enabled_rules
+    from qlint.rules.table import Scope
+
+    return [f for rule in enabled_rules(Scope.FIGURES, config) for f in rule.function()(report, config, base)]
+
+
+def over_budget(report: Report, config: Config, base: dict[str, dict[str, Any]] | None) -> list[Finding]:
+    """QL009: the budgets each artifact's figures break, and with a base run's metrics, the growth past
+    its limits."""
+    own = {f"target:{t.name}": t.budgets for t in config.targets}
+    found = []
+    for figures in report.figures:
+        resolved = config.budgets.resolve(figures.artifact, own.get(figures.artifact))
+        found += over_limits(figures, resolved, config)
+        if base is not None and figures.artifact in base:
+            found += over_growth(figures, base[figures.artifact], resolved, config)
+    return found
+
+
+def metrics_json(report: Report) -> str:
+    """`--write metrics:FILE`: each artifact's figures, keyed by artifact, with a schema version."""
+    return json.dumps({"schema": METRICS_SCHEMA, "qlint": __version__,
+                       "artifacts": {f.artifact: f.to_dict() for f in report.figures}}, indent=2, sort_keys=True)
+
+
+def read_metrics(path: Path) -> dict[str, dict[str, Any]]:
+    """A metrics file another run wrote (a pull request's base), checked field by field: the
+    figures by artifact. Raises MetricsError naming what is wrong."""
+    try:
+        data = json.loads(read_input(path, METRICS_MAX_BYTES, "metrics file"))
+    except ReadError as exc:
+        raise MetricsError(str(exc)) from None
+    except (ValueError, RecursionError) as exc:
+        raise MetricsError(f"{path}: not a metrics file: {printable(str(exc))[:120]}") from None
+    if not isinstance(data, dict) or data.get("schema") != METRICS_SCHEMA:
+        raise MetricsError(f"{path}: not a qlint metrics file of schema {METRICS_SCHEMA}")
+    artifacts = data.get("artifacts")
+    if not isinstance(artifacts, dict):
+        raise MetricsError(f"{path}: `artifacts` is not a mapping")
+    for name, figures in artifacts.items():
+        if not isinstance(figures, dict):
+            raise MetricsError(f"{path}: {printable(name)[:80]}: not a mapping of figures")
+        for key in Figures.METRICS:
+            value = figures.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value < 0):
+                shown = printable(repr(value))[:40]
+                raise MetricsError(f"{path}: {printable(name)[:80]}: {key} is not a number: {shown}")
+    return artifacts
+
+
+def deltas(report: Report, base: dict[str, dict[str, Any]]) -> list[Delta]:
+    """What changed against the base run, artifact by artifact; new and removed ones included."""
+    now = {f.artifact: f.to_dict() for f in report.figures}
+    names = sorted({*now, *base})
+    return [Delta(name, base.get(name), now.get(name)) for name in names]
+
+
+_SHOWN = {"fp32_islands": "fp32_islands", "fp32_elements": "fp32_elements", "coverage": "coverage",
+          "arena_bytes": "sram", "live_peak_bytes": "sram", "sram_bytes": "sram", "flash_bytes": "flash"}
+
+
+def _exact(key: str, value: float) -> str:
+    """A figure for the delta table: bytes as bytes (one unit down a column), counts, coverage in %."""
+    kind = _SHOWN[key]
+    if kind in ("sram", "flash"):
+        return f"{int(value):,} B"
+    return show(kind, value)
+
+
+def _cell(key: str, value: Any) -> str:
+    return "-" if value is None else _exact(key, value)
+
+
+def _difference(key: str, before: Any, after: Any) -> str:
+    if before is None or after is None:
+        return ""
+    change = after - before
+    if _SHOWN[key] == "coverage":
+        return f"{100 * change:+.1f} points"
+    return ("+" if change >= 0 else "-") + _exact(key, abs(change))
+
+
+def delta_rows(found: list[Delta]) -> list[list[str]]:
+    """[artifact, figure, before, after, difference] for every change, new and removed artifacts."""
+    rows = []
+    for delta in found:
+        if delta.before is None:
+            rows.append([delta.artifact, "(new)", "", "", ""])
+        elif delta.after is None:
+            rows.append([delta.artifact, "(removed)", "", "", ""])
+        rows += [[delta.artifact, key, _cell(key, b), _cell(key, a), _difference(key, b, a)]
+                 for key, b, a in delta.changed()]
+    return rows
+
+
+def delta_text(found: list[Delta], base: str) -> str:
+    rows = delta_rows(found)
+    if not rows:
+        return f"compared with {base}: no figure changed"
+    lines = [f"compared with {base}:"]
+    lines += [f"  {r[0]}: {r[1]}" + (f" {r[2]} -> {r[3]} ({r[4]})" if r[2] or r[3] else "") for r in rows]
+    return "\n".join(lines)
+
+
+def delta_markdown(found: list[Delta], base: str) -> str:
+    rows = delta_rows(found)
+    if not rows:
+        return f"No figure changed against `{base}`."
+    lines = [f"Compared with `{base}`:", "", "| artifact | figure | before | after | change |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(printable(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,148 @@
+"""Memory and fp32 budgets: what `.qlint.yaml` allows an artifact or target, and where each limit came from.
+
+A budget is a set of limits (`sram`, `flash`, `fp32_elements`, `fp32_islands`, a minimum
+`coverage`) and of `growth` limits against a base run's metrics. The config gives a default, per
+file globs and per target; each level overrides the limits it names, and a `board:` gives `sram`
+and `flash` from the board table (`qlint.settings.boards`) or the config's own `boards:`. Every
+resolved limit keeps its origin (`budgets in .qlint.yaml:3`, `board nucleo-f446re`), which QL009
+names, so a user sees which line to change.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+from qlint.settings.boards import BOARDS, KIB, MIB, Board
+
+SIZE_KEYS = ("sram", "flash")
+COUNT_KEYS = ("fp32_elements", "fp32_islands")
+LIMIT_KEYS = (*SIZE_KEYS, *COUNT_KEYS, "coverage")
+GROWTH_KEYS = (*SIZE_KEYS, *COUNT_KEYS, "coverage")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB)?\s*$")
+_UNITS = {None: 1, "B": 1, "KiB": KIB, "MiB": MIB, "GiB": 1024 * MIB}
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from `65536`, `64KiB`, `1.5 MiB` or `512B`. Raises ValueError naming what is accepted:
+    `KB`/`MB` are refused, because vendors use them for both 1000 and 1024."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"a size cannot be negative: {text}")
+        return text
+    match = _SIZE.match(str(text))
+    if match is None:
+        raise ValueError(f"{str(text)[:40]!r} is not a size: write bytes, or a number with B, KiB, MiB or GiB "
+                         "(KB and MB are ambiguous)")
+    value = float(match.group(1)) * _UNITS[match.group(2)]
+    if value != int(value):
+        raise ValueError(f"{text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def show_size(size: int) -> str:
+    """`32 KiB (32,768 B)`, or `64,000 B` when the size is no whole number of KiB."""
+    for unit, scale in (("MiB", MIB), ("KiB", KIB)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit} ({size:,} B)"
+    return f"{size:,} B"
+
+
+def parse_percent(text: str | float | int) -> float:
+    """A fraction from `90%` or `0.9`."""
+    match = _PERCENT.match(str(text))
+    if match is not None:
+        value = float(match.group(1)) / 100
+    else:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{str(text)[:40]!r} is not a share: write 90% or 0.9") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"a share must be between 0 and 1 (0% and 100%), got {value:g}")
+    return value
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How much a figure may grow against the base run: `percent` of the base, or `amount` in its unit
+    (for `coverage`, a drop in percentage points)."""
+
+    amount: float
+    percent: bool
+
+    def allowed(self, base: float) -> float:
+        return base * self.amount / 100 if self.percent else self.amount
+
+    def __str__(self) -> str:
+        return f"{self.amount:g}%" if self.percent else f"{self.amount:g}"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One resolved limit and the config spot it came from."""
+
+    value: float
+    origin: str
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The limits one config level sets (`None`: not set here), and the board it names."""
+
+    origin: str
+    limits: dict[str, float] = field(default_factory=dict)
+    board: str | None = None
+    growth: dict[str, Growth] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not self.limits and self.board is None and not self.growth
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What one artifact or target is held to: each limit with its origin, and the growth limits."""
+
+    limits: dict[str, Limit] = field(default_factory=dict)
+    growth: dict[str, tuple[Growth, str]] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not self.limits and not self.growth
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The config's budgets: a default, per file globs in order, and the user's own boards."""
+
+    default: Budget | None = None
+    per_file: tuple[tuple[str, Budget], ...] = ()
+    boards: dict[str, Board] = field(default_factory=dict)
+
+    @property
+    def any(self) -> bool:
+        return self.default is not None or bool(self.per_file)
+
+    def board(self, name: str) -> Board | None:
+        return self.boards.get(name) or BOARDS.get(name)
+
+    def resolve(self, artifact: str, own: Budget | None = None) -> Resolved:
+        """The limits of `artifact` (a path as reports show it, or `target:NAME`): the default, then each
+        matching per-file glob, then the target's own budget, each overriding what it names."""
+        levels = [self.default] if self.default is not None else []
+        levels += [budget for pattern, budget in self.per_file if fnmatch.fnmatch(artifact, pattern)]
+        levels += [own] if own is not None else []
+        limits: dict[str, Limit] = {}
+        growth: dict[str, tuple[Growth, str]] = {}
+        for level in levels:
+            board = self.board(level.board) if level.board else None
+            if board is not None:
+                for key in SIZE_KEYS:
+                    if key not in level.limits:
+                        limits[key] = Limit(getattr(board, key), f"board {board.name} ({level.origin})")
+            limits.update({key: Limit(value, level.origin) for key, value in level.limits.items()})
+            growth.update({key: (g, level.origin) for key, g in level.growth.items()})
+        return Resolved(limits, growth)

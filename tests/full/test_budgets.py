@@ -1,0 +1,111 @@
+"""Budgets on a real target: ExecuTorch's own MLPerf Tiny DS-CNN keyword spotter (random weights),
+measured as `--fix` writes it, against ExecuTorch's own figures; and `--compare` between its
+channels_last and its NCHW build, the change a pull request makes when it drops the layout."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+KWS = '''\
+import torch
+from executorch.examples.models.mlperf_tiny.ds_cnn import DSCNNKWS
+
+
+class KeywordSpotter(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dscnn = DSCNNKWS()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dscnn(x)
+
+
+def make():
+    torch.manual_seed(0)
+    example = (torch.randn(1, 1, 49, 10),)
+    return KeywordSpotter().eval(), example, [example]
+
+
+def make_channels_last():
+    model, example, _ = make()
+    example = (example[0].contiguous(memory_format=torch.channels_last),)
+    return model.to(memory_format=torch.channels_last), example, [example]
+'''
+
+
+def project(tmp_path: Path, config: str) -> Path:
+    (tmp_path / "kws.py").write_text(KWS)
+    path = tmp_path / ".qlint.yaml"
+    path.write_text(textwrap.dedent(config))
+    return path
+
+
+def check(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict]:
+    code, out, _ = run_cli(["check", "--config", str(config), "--targets-only", "--no-cache",
+                            "--output-format", "json", *extra], capsys)
+    return code, json.loads(out)
+
+
+@pytest.mark.slow
+def test_an_sram_budget_below_the_arena_fails_naming_the_tensors_at_the_peak(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = project(tmp_path, "targets:\n  - {name: kws, factory: kws:make, budgets: {sram: 32KiB}}\n")
+    code, found = check(config, capsys)
+    [over] = [f for f in found["findings"] if f["code"] == "QL009"]
+    assert code == 1 and over["severity"] == "error"
+    assert over["message"].startswith("SRAM 64,000 B over its budget 32 KiB (32,768 B) by 31,232 B (target kws's "
+                                      "budgets in .qlint.yaml:2); measured as --fix writes it; live at the peak: ")
+    names = [(c["name"], c["what"], c["location"], c["amount"]) for c in over["details"]["contributors"]]
+    assert names == [
+        ("dscnn.feature_extractor.0", "float32 [1, 64, 25, 5], output of aten.convolution.out", "kws.py:11", 32000),
+        ("dscnn.feature_extractor.2", "float32 [1, 64, 25, 5], output of aten.relu.out", "kws.py:11", 32000)]
+    [figures] = found["figures"]
+    assert (figures["sram_bytes"], figures["measured"]) == (64000, "as --fix writes it")
+
+    roomy = project(tmp_path, "targets:\n  - {name: kws, factory: kws:make, budgets: {sram: 62.5KiB}}\n")
+    code, found = check(roomy, capsys)
+    assert code == 0 and not [f for f in found["findings"] if f["code"] == "QL009"]
+
+
+@pytest.mark.slow
+def test_the_figures_are_executorchs_own_for_the_pte_fix_writes(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    config = project(tmp_path, "budgets: {flash: 16KiB}\ntargets:\n  - {name: kws, factory: kws:make_channels_last}\n")
+    code, found = check(config, capsys, "--fix", "--write", f"metrics:{tmp_path / 'm.json'}")
+    shipped = (tmp_path / "kws.pte").read_bytes()
+    plan = deserialize_pte_binary(shipped).program.execution_plan[0]
+    figures = json.loads((tmp_path / "m.json").read_text())["artifacts"]["target:kws"]
+    assert figures["flash_bytes"] == len(shipped) and figures["arena_bytes"] == sum(plan.non_const_buffer_sizes)
+    assert figures["coverage"] == 1.0 and figures["fp32_islands"] == 0
+    [over] = [f for f in found["findings"] if f["code"] == "QL009"]
+    assert code == 1 and over["message"].startswith(f"flash {len(shipped):,} B over its budget 16 KiB (16,384 B)")
+    largest = over["details"]["contributors"][0]
+    assert largest["name"] == "dscnn.feature_extractor.4.pointwise.weight" and largest["what"] == "int8 [64, 1, 1, 64]"
+
+
+@pytest.mark.slow
+def test_compare_shows_what_dropping_channels_last_did_and_a_growth_limit_fails_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = project(tmp_path, "targets:\n  - {name: kws, factory: kws:make_channels_last}\n")
+    metrics = tmp_path / "base.json"
+    code, _ = check(base, capsys, "--write", f"metrics:{metrics}")
+    assert code == 0
+    changed = project(tmp_path, "budgets: {growth: {fp32_islands: 0}}\ntargets:\n  - {name: kws, factory: kws:make}\n")
+    summary = tmp_path / "summary.md"
+    code, found = check(changed, capsys, "--compare", str(metrics), "--write", f"markdown:{summary}")
+    [grew] = [f for f in found["findings"] if f["code"] == "QL009"]
+    assert code == 1 and grew["message"].startswith(
+        "fp32 islands grew 0 -> 1 (+1), past its growth budget 0 (budgets in .qlint.yaml:1)")
+    before, after = (found["compare"]["artifacts"][0][k] for k in ("before", "after"))
+    assert (before["fp32_islands"], after["fp32_islands"], before["coverage"]) == (0, 1, 1.0)
+    assert after["arena_bytes"] > before["arena_bytes"]
+    table = summary.read_text()
+    assert "| target:kws | fp32_islands | 0 | 1 | +1 |" in table
+    assert f"| target:kws | arena_bytes | {before['arena_bytes']:,} B | {after['arena_bytes']:,} B |" in table

@@ -1,0 +1,154 @@
+"""Budgets: config parsing (one `file:line: key:` error per mistake), the board table, resolution by
+level, and QL009 and the deltas over crafted figures (no torch: the budget check lowers nothing)."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from qlint.report.budgets import MetricsError, delta_markdown, deltas, metrics_json, over_budget, read_metrics
+from qlint.rules.records import Contributor, Figures, Location, Report
+from qlint.settings.boards import BOARDS
+from qlint.settings.budgets import parse_size, show_size
+from qlint.settings.config import ConfigError, load_config
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / ".qlint.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.mark.parametrize(("text", "size"), [("65536", 65536), ("64KiB", 65536), ("1.5 MiB", 1572864), ("512B", 512)])
+def test_sizes_read_bytes_kib_and_mib(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+def test_sizes_print_exactly() -> None:
+    shown = (show_size(32768), show_size(64000), show_size(1 << 20))
+    assert shown == ("32 KiB (32,768 B)", "64,000 B", "1 MiB (1,048,576 B)")
+
+
+@pytest.mark.parametrize(("text", "line", "key", "message"), [
+    ("budgets: {sram: 64KB}\n", 1, "budgets.sram", "'64KB' is not a size: write bytes, or a number with B, KiB, MiB"),
+    ("budgets:\n  flash: lots\n", 2, "budgets.flash", "'lots' is not a size"),
+    ("budgets:\n  coverage: 120%\n", 2, "budgets.coverage", "a share must be between 0 and 1"),
+    ("budgets:\n  fp32_islands: -1\n", 2, "budgets.fp32_islands", "expected a whole number of fp32 islands"),
+    ("budgets:\n  ram: 1KiB\n", 2, "budgets.ram", "unknown key (known: sram, flash"),
+    ("budgets:\n  board: nucleo-z999\n", 2, "budgets.board", "unknown board 'nucleo-z999' (known: arduino-nano-33-ble"),
+    ("budgets:\n  growth: {sram: lots%}\n", 2, "budgets.growth.sram", "expected a growth like 5% or 0"),
+    ("budgets:\n  growth: {arena: 5%}\n", 2, "budgets.growth.arena", "unknown key (known: sram, flash"),
+    ("boards:\n  mine: {sram: 1KiB}\n", 2, "boards.mine", "a board needs flash"),
+    ("targets:\n  - {factory: m:f, budgets: {sram: x}}\n", 2, "targets.budgets.sram", "'x' is not a size"),
+])
+def test_budget_mistakes_are_one_line_naming_file_line_and_key(tmp_path: Path, text: str, line: int, key: str,
+                                                               message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    assert (caught.value.line, caught.value.key) == (line, key)
+    assert caught.value.message.startswith(message), caught.value.message
+    assert "\n" not in str(caught.value)
+
+
+def test_the_simplest_form_resolves_per_target_and_per_file_with_boards(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, """\
+        budgets:
+          sram: 64KiB
+          flash: 256KiB
+          per_file:
+            "models/kws*.pt2": {board: my-board}
+        boards:
+          my-board: {sram: 96KiB, flash: 1MiB}
+        targets:
+          - {name: kws, factory: models.kws:make, budgets: {sram: 32KiB, growth: {sram: 5%}}}
+        """))
+    target = config.budgets.resolve("target:kws", config.targets[0].budgets)
+    assert {k: (v.value, v.origin) for k, v in target.limits.items()} == {
+        "sram": (32768, "target kws's budgets in .qlint.yaml:9"), "flash": (262144, "budgets in .qlint.yaml:2")}
+    assert str(target.growth["sram"][0]) == "5%"
+    board = config.budgets.resolve("models/kws_small.pt2")
+    assert {k: v.value for k, v in board.limits.items()} == {"sram": 96 * 1024, "flash": 1 << 20}
+    assert board.limits["sram"].origin.startswith("board my-board (budgets.per_file.models/kws*.pt2 in .qlint.yaml:5")
+    assert {k: v.value for k, v in config.budgets.resolve("other.pt2").limits.items()} == {"sram": 65536,
+                                                                                            "flash": 262144}
+
+
+def test_every_board_row_has_its_figures_and_a_source() -> None:
+    assert len(BOARDS) >= 10
+    for board in BOARDS.values():
+        assert board.sram > 0 and board.flash > 0 and board.cpu.startswith("cortex-m")
+        assert re.match(r"https://\S+ \(.+\)$", board.source), board.name
+    page = (Path(__file__).parents[2] / "docs" / "budgets.md").read_text(encoding="utf-8")
+    for board in BOARDS.values():
+        assert f"| `{board.name}` | {board.cpu} |" in page and board.source in page
+
+
+def kws(sram: int | None = 64000, islands: int = 1, coverage: float = 0.19) -> Figures:
+    return Figures("target:kws", "as --fix writes it", {"QL002": 1}, islands, 144490, coverage, 64000, 64000, sram,
+                   98528, sram=(Contributor("dscnn.feature_extractor.0", 32000, "float32 [1, 64, 25, 5], output of "
+                                            "aten.convolution.out", Location("kws.py", 13)),))
+
+
+def test_ql009_names_the_budget_its_origin_the_figure_and_the_tensors_at_the_peak(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "targets:\n  - {name: kws, factory: kws:make, budgets: {sram: 32KiB}}\n"))
+    [finding] = over_budget(Report(figures=[kws()]), config, None)
+    assert (finding.code, finding.severity, str(finding.location)) == ("QL009", "error", "kws.py:13")
+    assert finding.message == (
+        "SRAM 64,000 B over its budget 32 KiB (32,768 B) by 31,232 B (target kws's budgets in .qlint.yaml:2); "
+        "measured as --fix writes it; live at the peak: dscnn.feature_extractor.0 (float32 [1, 64, 25, 5], output of "
+        "aten.convolution.out) at kws.py:13: 32,000")
+    assert finding.details["contributors"][0]["amount"] == 32000
+    roomy = load_config(write(tmp_path, "budgets: {sram: 64000, coverage: 19%}\n"))
+    assert over_budget(Report(figures=[kws()]), roomy, None) == []
+
+
+def test_a_budget_that_was_not_measured_is_a_finding_not_a_pass(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "budgets: {sram: 1MiB}\n"))
+    unmeasured = kws(sram=None)
+    unmeasured.measured = "not lowered: no memory plan"
+    [finding] = over_budget(Report(figures=[unmeasured]), config, None)
+    assert finding.message == "SRAM budget 1 MiB (1,048,576 B) (budgets in .qlint.yaml:1) cannot be checked: " \
+                              "not lowered: no memory plan"
+
+
+def test_growth_limits_and_the_delta_table_against_a_base_run(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "budgets: {growth: {sram: 5%, fp32_islands: 0, coverage: 1%}}\n"))
+    base = Figures("target:kws", "as --fix writes it", {}, 0, 0, 1.0, 20464, 20464, 20464, 50912)
+    gone = Figures("old.pt2", "the .pte as shipped")
+    metrics = tmp_path / "base.json"
+    metrics.write_text(metrics_json(Report(figures=[base, gone])))
+    read = read_metrics(metrics)
+    found = over_budget(Report(figures=[kws()]), config, read)
+    assert [f.message.split(";")[0] for f in found] == [
+        "SRAM grew 20,464 B -> 64,000 B (+43,536 B, +212.7%), past its growth budget 5% (budgets in .qlint.yaml:1)",
+        "fp32 islands grew 0 -> 1 (+1), past its growth budget 0 (budgets in .qlint.yaml:1)",
+        "int8 coverage fell 100.0% -> 19.0% (-81.0 points), past its growth budget 1 points (budgets in .qlint.yaml:1)"]
+    table = delta_markdown(deltas(Report(figures=[kws()]), read), "base.json")
+    assert table.splitlines()[2:] == [
+        "| artifact | figure | before | after | change |", "|---|---|---|---|---|",
+        "| old.pt2 | (removed) |  |  |  |",
+        "| target:kws | fp32_islands | 0 | 1 | +1 |",
+        "| target:kws | fp32_elements | 0 | 144,490 | +144,490 |",
+        "| target:kws | coverage | 100.0% | 19.0% | -81.0 points |",
+        "| target:kws | arena_bytes | 20,464 B | 64,000 B | +43,536 B |",
+        "| target:kws | live_peak_bytes | 20,464 B | 64,000 B | +43,536 B |",
+        "| target:kws | sram_bytes | 20,464 B | 64,000 B | +43,536 B |",
+        "| target:kws | flash_bytes | 50,912 B | 98,528 B | +47,616 B |"]
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("[1, 2]", "not a qlint metrics file of schema 1"),
+    ('{"schema": 1, "artifacts": []}', "`artifacts` is not a mapping"),
+    ('{"schema": 1, "artifacts": {"a": {"sram_bytes": -5}}}', "a: sram_bytes is not a number: -5"),
+    ('{"schema": 1, "artifacts": {"a": {"coverage": true}}}', "a: coverage is not a number: True"),
+    ("{", "not a metrics file"),
+])
+def test_a_bad_metrics_file_is_one_line(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(body)
+    with pytest.raises(MetricsError) as caught:
+        read_metrics(path)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
