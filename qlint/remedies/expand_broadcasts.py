@@ -24,7 +24,7 @@ stack.load()
 import torch  # noqa: E402
 from torch.fx import GraphModule, Node  # noqa: E402
 
-from qlint.remedies.remedy import Remedy, site_name  # noqa: E402
+from qlint.remedies.remedy import SitedRemedy, site_name  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
 _aten = torch.ops.aten
@@ -32,7 +32,7 @@ _OPS = (_aten.add.Tensor, _aten.sub.Tensor, _aten.mul.Tensor, _aten.div.Tensor)
 _CHANNEL_BROADCAST_OPS = (_aten.add.Tensor, _aten.mul.Tensor)  # what the add/mul check accepts on channels_last
 
 
-class ExpandBroadcasts(Remedy):
+class ExpandBroadcasts(SitedRemedy):
     """Expand the broadcast operands of every elementwise add, sub, mul and div to the op's output shape."""
 
     name = RemedyName.EXPAND_BROADCASTS
@@ -41,20 +41,8 @@ class ExpandBroadcasts(Remedy):
         "graph = expand_broadcasts(torch.export.export(model, example_inputs).module())  # before prepare_pt2e",
     )
 
-    def __init__(self, skip: frozenset[str] = frozenset()) -> None:
-        self.skip = skip  # sites (`site_name`) left as they are
-
     def sites(self, graph: Any) -> list[str]:
         return list(dict.fromkeys(site_name(n) for n in broadcast_nodes(graph)))
-
-    def leaving(self, sites: frozenset[str]) -> Remedy:
-        return ExpandBroadcasts(skip=self.skip | sites)
-
-    def user_lines(self) -> tuple[str, ...]:
-        if not self.skip:
-            return self.user_change
-        skipped = ", ".join(repr(site) for site in sorted(self.skip))
-        return (self.user_change[0], self.user_change[1].replace(".module())", f".module(), skip={{{skipped}}})"))
 
     def not_applicable(self, graph: Any) -> str | None:
         if not broadcast_nodes(graph):

@@ -28,7 +28,7 @@ stack.load()
 import torch  # noqa: E402
 from torch.fx import GraphModule, Node  # noqa: E402
 
-from qlint.remedies.remedy import Remedy, site_name  # noqa: E402
+from qlint.remedies.remedy import SitedRemedy, site_name  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
 _aten = torch.ops.aten
@@ -41,7 +41,7 @@ _ARGUMENTS: dict[Any, tuple[tuple[str, Any], ...]] = {
 }
 
 
-class Int8LayerNorm(Remedy):
+class Int8LayerNorm(SitedRemedy):
     """Rebuild every `layer_norm` and `rms_norm` over the last dimension from linear, add, mul and an rsqrt table."""
 
     name = RemedyName.INT8_LAYERNORM
@@ -50,21 +50,8 @@ class Int8LayerNorm(Remedy):
         "graph = rebuild_layer_norms(torch.export.export(model, example_inputs).module())  # before prepare_pt2e",
     )
 
-    def __init__(self, skip: frozenset[str] = frozenset()) -> None:
-        self.skip = skip  # sites (`site_name`) left as they are
-
     def sites(self, graph: Any) -> list[str]:
         return list(dict.fromkeys(site_name(n) for n in norm_nodes(graph) if not_rebuildable(n) is None))
-
-    def leaving(self, sites: frozenset[str]) -> Remedy:
-        return Int8LayerNorm(skip=self.skip | sites)
-
-    def user_lines(self) -> tuple[str, ...]:
-        if not self.skip:
-            return self.user_change
-        skipped = ", ".join(repr(site) for site in sorted(self.skip))
-        return (self.user_change[0], self.user_change[1].replace(
-            ".module())", f".module(), skip={{{skipped}}})"))
 
     def not_applicable(self, graph: Any) -> str | None:
         calls = norm_nodes(graph)

@@ -77,6 +77,23 @@ class Remedy:
         raise NotImplementedError
 
 
+class SitedRemedy(Remedy):
+    """A remedy whose rewrite acts at each site on its own (each LayerNorm, each broadcast), so it
+    can leave some in float: its public rewrite takes `skip=`, which the export line then names."""
+
+    def __init__(self, skip: frozenset[str] = frozenset()) -> None:
+        self.skip = skip  # sites (`site_name`) left as they are
+
+    def leaving(self, sites: frozenset[str]) -> Remedy:
+        return type(self)(skip=self.skip | sites)
+
+    def user_lines(self) -> tuple[str, ...]:
+        if not self.skip:
+            return self.user_change
+        skipped = ", ".join(repr(site) for site in sorted(self.skip))
+        return (self.user_change[0], self.user_change[1].replace(".module())", f".module(), skip={{{skipped}}})"))
+
+
 def call_nodes(graph: Any, target: Any) -> list[Any]:
     """The graph's calls of the op `target`, in order: where a remedy would act."""
     return [n for n in graph.graph.nodes if n.op == "call_function" and n.target == target]

@@ -63,6 +63,7 @@ def test_the_rule_table_names_one_function_per_tier_for_every_catalog_rule() -> 
         "QL001": Scope.REGION, "QL002": Scope.REGION, "QL003": Scope.LOWERING,
         "QL004": Scope.REGION, "QL005": Scope.PROGRAM, "QL006": Scope.REPORT, "QL007": Scope.PROGRAM,
         "QL008": Scope.REGION,
+        "QL009": Scope.FIGURES,
     }
     assert catalog["QL001"].function() is qlint.graph.rules.constant_scale
     assert catalog["QL006"].function() is qlint.report.suppressions.unused_suppressions
