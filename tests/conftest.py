@@ -266,3 +266,32 @@ PROBE = (
     "print(f'MAXRSS_KB={hwm}', file=sys.stderr)\n"
     "raise SystemExit(code)\n"
 )
+
+
+# ExecuTorch's own MLPerf Tiny DS-CNN keyword spotter (random weights) as a config target, NCHW
+# (`make`) or channels_last (`make_channels_last`): the model the budget tests measure.
+KWS = '''\
+import torch
+from executorch.examples.models.mlperf_tiny.ds_cnn import DSCNNKWS
+
+
+class KeywordSpotter(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dscnn = DSCNNKWS()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dscnn(x)
+
+
+def make():
+    torch.manual_seed(0)
+    example = (torch.randn(1, 1, 49, 10),)
+    return KeywordSpotter().eval(), example, [example]
+
+
+def make_channels_last():
+    model, example, _ = make()
+    example = (example[0].contiguous(memory_format=torch.channels_last),)
+    return model.to(memory_format=torch.channels_last), example, [example]
+'''

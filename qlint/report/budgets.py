@@ -126,13 +126,25 @@ def budget_findings(report: Report, config: Config, base: dict[str, dict[str, An
     return [f for rule in enabled_rules(Scope.FIGURES, config) for f in rule.function()(report, config, base)]
 
 
+def resolve_all(report: Report, config: Config) -> dict[str, Resolved]:
+    """Each measured artifact's budgets (a target's own over the config's), and its SRAM budget
+    recorded on its figures for the memory plot."""
+    own = {f"target:{t.name}": t.budgets for t in config.targets}
+    resolved = {}
+    for figures in report.figures:
+        resolved[figures.artifact] = config.budgets.resolve(figures.artifact, own.get(figures.artifact))
+        sram = resolved[figures.artifact].limits.get("sram")
+        figures.sram_budget = int(sram.value) if sram is not None else None
+    return resolved
+
+
 def over_budget(report: Report, config: Config, base: dict[str, dict[str, Any]] | None) -> list[Finding]:
     """QL009: the budgets each artifact's figures break, and with a base run's metrics, the growth past
     its limits."""
-    own = {f"target:{t.name}": t.budgets for t in config.targets}
+    budgets = resolve_all(report, config)
     found = []
     for figures in report.figures:
-        resolved = config.budgets.resolve(figures.artifact, own.get(figures.artifact))
+        resolved = budgets[figures.artifact]
         found += over_limits(figures, resolved, config)
         if base is not None and figures.artifact in base:
             found += over_growth(figures, base[figures.artifact], resolved, config)

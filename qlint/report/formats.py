@@ -294,7 +294,29 @@ def github(report: Report) -> str:
         lines.append(f"::{GITHUB_LEVEL[f.severity]} {','.join(props)}::{_gh_escape(f'{f.artifact}: {f.message}')}")
     for e in report.errors:
         lines.append(f"::error file={_gh_escape(e.artifact, True)},title=qlint::{_gh_escape(e.message)}")
+    if report.compared is not None:
+        lines += _delta_annotations(report)
     return "\n".join(printable(line) for line in lines)
+
+
+def _delta_annotations(report: Report) -> list[str]:
+    """One notice per artifact whose figures changed against the base run, on its model source line
+    (the largest fp32 island's, or the tensor at the SRAM peak's) where one is known."""
+    from qlint.report.budgets import delta_rows
+
+    sources = {f.artifact: next((c.location for c in (*f.fp32, *f.sram, *f.flash) if c.location), None)
+               for f in report.figures}
+    changes: dict[str, list[str]] = {}
+    for artifact, figure, before, after, difference in delta_rows(report.deltas):
+        changes.setdefault(artifact, []).append(f"{figure} {before} -> {after} ({difference})" if before or after
+                                                else figure.strip("()"))
+    lines = []
+    for artifact, said in changes.items():
+        where = sources.get(artifact)
+        props = [f"file={_gh_escape(where.path, True)}", f"line={where.line}"] if where else []
+        props.append(f"title={_gh_escape('qlint: changed against the base', True)}")
+        lines.append(f"::notice {','.join(props)}::{_gh_escape(f'{artifact}: ' + '; '.join(said))}")
+    return lines
 
 
 def sarif(report: Report) -> str:

@@ -28,20 +28,23 @@ class Panel:
     title: str                 # "before folds" | "after folds"
     timeline: MemoryTimeline
     peak: LivePeak | None
+    budget: int | None = None  # the artifact's SRAM budget, drawn as a line
 
 
 def panels(report: Report) -> list[list[Panel]]:
     """Rows of panels: (before, after) for every fix that carries a memory plan, and the plan
     as shipped for every checked `.pte`."""
+    budgets = {f.artifact: f.sram_budget for f in report.figures}
     rows = []
     for fix in report.fixes:
         before, after = fix.memory
         if before is None or after is None:
             continue
-        rows.append([Panel(fix.artifact, "before folds", before, fix.live_peak_before),
-                     Panel(fix.artifact, "after folds", after, fix.live_peak)])
-    rows += [[Panel(plan.artifact, f"as shipped, arena {plan.arena_bytes} B", plan.timeline, plan.peak)]
-             for plan in report.memory]
+        budget = budgets.get(fix.artifact)
+        rows.append([Panel(fix.artifact, "before folds", before, fix.live_peak_before, budget),
+                     Panel(fix.artifact, "after folds", after, fix.live_peak, budget)])
+    rows += [[Panel(plan.artifact, f"as shipped, arena {plan.arena_bytes} B", plan.timeline, plan.peak,
+                    budgets.get(plan.artifact))] for plan in report.memory]
     return rows
 
 
@@ -72,6 +75,8 @@ def _draw(ax: Any, panel: Panel) -> None:
                     linewidth=0)
     ax.plot(steps, panel.timeline.total, drawstyle="steps-mid", color="#1b6ca8", linewidth=1, label="live bytes")
     ax.plot(steps, panel.timeline.fp32, drawstyle="steps-mid", color="#d7263d", linewidth=1, label="of which fp32")
+    if panel.budget is not None:
+        ax.axhline(panel.budget, color="black", linestyle="--", linewidth=1, label=f"SRAM budget {panel.budget} B")
     if panel.peak is not None:
         where = f"\n{panel.peak.location}" if panel.peak.location else ""
         ax.plot([panel.peak.step], [panel.peak.bytes], marker="v", color="black", linestyle="none",

@@ -192,6 +192,7 @@ class Figures:
     sram: tuple[Contributor, ...] = ()  # tensors live at the peak, largest first
     flash: tuple[Contributor, ...] = ()  # the largest constants
     fp32: tuple[Contributor, ...] = ()  # the largest fp32 islands (elements per inference)
+    sram_budget: int | None = None      # the resolved SRAM budget, which the memory plot draws
 
     METRICS = ("fp32_islands", "fp32_elements", "coverage", "arena_bytes", "live_peak_bytes", "sram_bytes",
                "flash_bytes")

@@ -9,33 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
-
-KWS = '''\
-import torch
-from executorch.examples.models.mlperf_tiny.ds_cnn import DSCNNKWS
-
-
-class KeywordSpotter(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.dscnn = DSCNNKWS()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dscnn(x)
-
-
-def make():
-    torch.manual_seed(0)
-    example = (torch.randn(1, 1, 49, 10),)
-    return KeywordSpotter().eval(), example, [example]
-
-
-def make_channels_last():
-    model, example, _ = make()
-    example = (example[0].contiguous(memory_format=torch.channels_last),)
-    return model.to(memory_format=torch.channels_last), example, [example]
-'''
+from conftest import KWS, run_cli
 
 
 def project(tmp_path: Path, config: str) -> Path:
@@ -77,8 +51,12 @@ def test_the_figures_are_executorchs_own_for_the_pte_fix_writes(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from executorch.exir._serialize._program import deserialize_pte_binary
 
-    config = project(tmp_path, "budgets: {flash: 16KiB}\ntargets:\n  - {name: kws, factory: kws:make_channels_last}\n")
-    code, found = check(config, capsys, "--fix", "--write", f"metrics:{tmp_path / 'm.json'}")
+    config = project(tmp_path, "budgets: {flash: 16KiB, sram: 32KiB}\n"
+                               "targets:\n  - {name: kws, factory: kws:make_channels_last}\n")
+    code, found = check(config, capsys, "--fix", "--write", f"metrics:{tmp_path / 'm.json'}",
+                        "--write", f"memory-plot:{tmp_path / 'plan.svg'}", "--write", f"markdown:{tmp_path / 's.md'}")
+    assert "SRAM budget 32768 B" in (tmp_path / "plan.svg").read_text()  # the budget drawn as a line
+    assert "![plan.svg](<plan.svg>)" in (tmp_path / "s.md").read_text()
     shipped = (tmp_path / "kws.pte").read_bytes()
     plan = deserialize_pte_binary(shipped).program.execution_plan[0]
     figures = json.loads((tmp_path / "m.json").read_text())["artifacts"]["target:kws"]

@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import KWS, ROOT
 
 pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
 
@@ -179,13 +179,13 @@ def test_target_hook_answers_from_the_cache_unless_an_imported_file_changed(tmp_
 def test_action_interface() -> None:
     action = load_action()
     assert action["runs"]["using"] == "composite"
-    assert set(action["inputs"]) == {"args", "version", "fail-on", "sarif", "torch-index-url", "cache"}
+    assert set(action["inputs"]) == {"args", "version", "fail-on", "sarif", "torch-index-url", "cache", "compare-base"}
     assert action["inputs"]["fail-on"]["default"] == "error"
     # CPU torch by default: the default index's CUDA build is gigabytes a hosted runner does not use.
     assert action["inputs"]["torch-index-url"]["default"] == "https://download.pytorch.org/whl/cpu"
     assert set(action["outputs"]) == {"exit-code", "sarif"}
     steps = action["runs"]["steps"]
-    assert [s["id"] for s in steps] == ["pip-cache", "cache", "install", "check"]
+    assert [s["id"] for s in steps] == ["pip-cache", "cache", "install", "base-cache", "base", "check"]
     cache = steps[1]
     assert cache["uses"].startswith("actions/cache@") and cache["with"]["path"] == "${{ steps.pip-cache.outputs.dir }}"
     # The torch the action installs first is the one qlint pins.
@@ -252,15 +252,17 @@ def test_editable_install_is_quiet_and_ships_the_catalog(tmp_path: Path) -> None
     assert where.split("\n")[0] == "9 code: QL001"
 
 
-def run_step(step: dict, inputs: dict[str, str], workspace: Path, tmp: Path, path: str | None = None
-             ) -> tuple[subprocess.CompletedProcess[str], dict[str, str], str]:
+def run_step(step: dict, inputs: dict[str, str], workspace: Path, tmp: Path, path: str | None = None,
+             outputs: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], dict[str, str], str]:
     """Run one composite step's shell the way a runner would, with `${{ ... }}` expanded
-    (and `path` as PATH: the Python environment a `setup-python` step would have put first)."""
+    (and `path` as PATH: the Python environment a `setup-python` step would have put first;
+    `outputs`: earlier steps' outputs, `steps.ID.outputs.NAME`)."""
     context = {"github.workspace": str(workspace), "github.action_path": str(ROOT),
-               **{f"inputs.{k}": v for k, v in inputs.items()}}
+               **{f"inputs.{k}": v for k, v in inputs.items()}, **(outputs or {})}
 
     def expand(text: str) -> str:
-        return re.sub(r"\$\{\{\s*([\w.-]+)\s*\}\}", lambda m: context[m[1]], text)
+        # an output of a step that did not run is empty, as on a runner
+        return re.sub(r"\$\{\{\s*([\w.-]+)\s*\}\}", lambda m: context.get(m[1], ""), text)
 
     output, summary = tmp / "github_output", tmp / "step_summary"
     output.write_text("")
@@ -296,3 +298,38 @@ def test_action_check_step(pt2_dir: Callable[[str], Path], tmp_path: Path, fail_
     jsonschema.Draft4Validator(schema).validate(sarif)
     assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["QL001", "QL004", "QL005"]
     assert summary.startswith("## qlint") and "| models/attention.pt2 |" in summary
+
+
+def test_the_action_compares_a_pull_request_with_its_base_commit(
+        repo: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+    """Two commits: the second drops channels_last from a keyword spotter. The base step measures the
+    first in a git worktree with the head's config; the check step fails on the growth budget and
+    puts the delta table in the job summary."""
+    work = repo.work  # type: ignore[attr-defined]
+    channels_last = (KWS.replace("def make():", "def make_nchw():").replace("= make()", "= make_nchw()")
+                     .replace("def make_channels_last():", "def make():"))
+    (work / "kws.py").write_text(channels_last)
+    (work / ".qlint.yaml").write_text("targets:\n  - {name: kws, factory: kws:make}\n")
+    assert repo("add", "-A").returncode == 0 and repo("commit", "-qm", "kws, channels_last").returncode == 0
+    base = repo("rev-parse", "HEAD").stdout.strip()
+    (work / "kws.py").write_text(KWS)
+    (work / ".qlint.yaml").write_text(
+        "budgets: {growth: {fp32_islands: 0}}\ntargets:\n  - {name: kws, factory: kws:make}\n")
+    assert repo("commit", "-qam", "kws, NCHW").returncode == 0
+    steps = {s["id"]: s for s in load_action()["runs"]["steps"]}
+    inputs = {"args": "--targets-only", "fail-on": "error", "sarif": "qlint.sarif", "compare-base": base}
+    measured, outputs, _ = run_step(steps["base"], inputs, work, tmp_path)
+    assert measured.returncode == 0, measured.stderr[-2000:]
+    metrics = json.loads(Path(outputs["metrics"]).read_text())
+    assert "target:kws" in metrics["artifacts"], measured.stderr[-2000:]
+    assert metrics["artifacts"]["target:kws"]["fp32_islands"] == 0  # the base commit's model
+    assert "qlint-base" not in repo("worktree", "list").stdout  # the worktree is gone
+    result, _, summary = run_step(steps["check"], inputs, work, tmp_path,
+                                  outputs={"steps.base.outputs.metrics": outputs["metrics"]})
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "title=QL009 over-budget::target:kws: fp32 islands grew 0 -> 1 (+1)" in result.stdout
+    assert "| target:kws | fp32_islands | 0 | 1 | +1 |" in summary
+    [notice] = [line for line in result.stdout.splitlines() if line.startswith("::notice")]
+    assert notice.startswith("::notice file=kws.py,line=11,title=qlint%3A changed against the base::target:kws: "
+                             "fp32_islands 0 -> 1 (+1); fp32_elements 0 -> 144,490 (+144,490); coverage")
+    assert f"Compared with `{outputs['metrics']}`" in summary
