@@ -163,7 +163,7 @@ def read_metrics(path: Path) -> dict[str, dict[str, Any]]:
     try:
         data = json.loads(read_input(path, METRICS_MAX_BYTES, "metrics file"))
     except ReadError as exc:
-        raise MetricsError(str(exc)) from None
+        raise MetricsError(f"{path}: {exc}") from None
     except (ValueError, RecursionError) as exc:
         raise MetricsError(f"{path}: not a metrics file: {printable(str(exc))[:120]}") from None
     if not isinstance(data, dict) or data.get("schema") != METRICS_SCHEMA:

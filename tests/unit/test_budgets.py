@@ -152,3 +152,26 @@ def test_a_bad_metrics_file_is_one_line(tmp_path: Path, body: str, message: str)
     with pytest.raises(MetricsError) as caught:
         read_metrics(path)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (None, "no such file"),
+    ('{"schema": 2, "artifacts": {}}', "not a qlint metrics file of schema 1"),
+])
+def test_a_compare_file_that_cannot_be_read_stops_the_run_before_anything_is_checked(
+        tmp_path: Path, body: str | None, said: str) -> None:
+    """One line, exit 2, and nothing lowered (torch never imported) for a base that cannot be compared with."""
+    import subprocess
+    import sys
+
+    from conftest import TORCH_PROBE
+
+    metrics = tmp_path / "base.json"
+    if body is not None:
+        metrics.write_text(body)
+    (tmp_path / "a.pt2").write_bytes(b"not read")
+    result = subprocess.run([sys.executable, "-c", TORCH_PROBE, "check", "--compare", str(metrics), "a.pt2"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout.strip().splitlines()[-1] == "HEAVY="
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"qlint: error: --compare: {metrics}") and said in line

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from qlint.cli.exit_codes import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from qlint.cli.output import emit, say, to_devnull, usage_error
@@ -41,11 +41,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     options = _run_options(args, config)
     if options is None:
         return EXIT_ERROR
+    base = _base_metrics(args)
+    if base is False:
+        return EXIT_ERROR
     paths, targets = _inputs(args, config)
     report = _run_engine(args, config, options, paths, targets)
-    ended = _budgets(report, args, config)
-    if ended is not None:
-        return ended
+    _budgets(report, args, config, base)
     ended = _settle(report, args, config)
     if ended is not None:
         return ended
@@ -160,11 +161,12 @@ def _run_engine(args: argparse.Namespace, config: Config, options: RunOptions, p
 
 def _say_static_scope() -> None:
     """What the static tier checks and what it leaves to `qlint check`, so a clean run is not read as more."""
-    from qlint.rules.table import static_codes
+    from qlint.rules.table import TABLE, static_codes
 
+    full_only = ", ".join(row.code for row in TABLE if row.static is None and row.code != "QL006")
     say(f"qlint: static tier: {' and '.join(static_codes())} from the graph of each .pt2, without lowering (an island "
-        "whose constant it cannot compute: undecided); QL002, QL003, QL005, QL007, QL008, config targets, "
-        ".pte files and fixes need `qlint check`")
+        f"whose constant it cannot compute: undecided); {full_only} (budgets), config targets, .pte files and fixes "
+        "need `qlint check`")
 
 
 def _progress_bar(args: argparse.Namespace) -> Callable[[int, int, str], None] | None:
@@ -190,21 +192,29 @@ def _progress_bar(args: argparse.Namespace) -> Callable[[int, int, str], None] |
 # Hold the figures to the budgets.
 
 
-def _budgets(report: Report, args: argparse.Namespace, config: Config) -> int | None:
-    """Add a QL009 for each budget the figures break (with `--compare`, each growth limit too) and
-    what changed against the base run; an exit code when the base's metrics cannot be read."""
-    from qlint.report.budgets import MetricsError, budget_findings, deltas, read_metrics
+def _base_metrics(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None | Literal[False]:
+    """The base run's metrics named by `--compare` (None without it), read before anything is checked;
+    False after an error line when they cannot be read."""
+    if args.compare is None:
+        return None
+    from qlint.report.budgets import MetricsError, read_metrics
 
-    base = None
-    if args.compare is not None:
-        try:
-            base = read_metrics(args.compare)
-        except MetricsError as exc:
-            say(f"qlint: error: --compare: {printable(str(exc))}")
-            return EXIT_ERROR
+    try:
+        return read_metrics(args.compare)
+    except MetricsError as exc:
+        say(f"qlint: error: --compare: {printable(str(exc))}")
+        return False
+
+
+def _budgets(report: Report, args: argparse.Namespace, config: Config,
+             base: dict[str, dict[str, Any]] | None) -> None:
+    """Add a QL009 for each budget the figures break (with `--compare`, each growth limit too) and
+    what changed against the base run."""
+    from qlint.report.budgets import budget_findings, deltas
+
+    if base is not None:
         report.compared, report.deltas = printable(str(args.compare)), deltas(report, base)
     report.findings.extend(budget_findings(report, config, base))
-    return None
 
 
 # Apply suppressions and the baseline.
