@@ -10,9 +10,11 @@ its limit.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 
 class ReadError(Exception):
@@ -78,3 +80,15 @@ def shown_path(path: Path, root: Path, *, resolve: bool = False) -> str | None:
         return path.absolute().relative_to(root.absolute()).as_posix()
     except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop
         return None
+
+
+def read_json(path: Path, limit: int, what: str, kind: str) -> Any:
+    """A JSON file another run wrote (a baseline, a base branch's metrics), read within `limit` bytes.
+    Raises ReadError naming the path, and `kind` ("a qlint baseline") when it is no JSON at all."""
+    where = printable(str(path))
+    try:
+        return json.loads(read_input(path, limit, what))
+    except ReadError as exc:
+        raise ReadError(f"{where}: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ReadError(f"{where}: not {kind} ({type(exc).__name__})") from None

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from qlint import __version__
-from qlint.io.reads import ReadError, printable, read_input
+from qlint.io.reads import ReadError, printable, read_json
 from qlint.rules.records import Contributor, Delta, Figures, Finding, Report
 from qlint.settings.budgets import Growth, Resolved, show_size
 from qlint.settings.config import Config
@@ -161,11 +161,9 @@ def read_metrics(path: Path) -> dict[str, dict[str, Any]]:
     """A metrics file another run wrote (a pull request's base), checked field by field: the
     figures by artifact. Raises MetricsError naming what is wrong."""
     try:
-        data = json.loads(read_input(path, METRICS_MAX_BYTES, "metrics file"))
+        data = read_json(path, METRICS_MAX_BYTES, "metrics file", "a qlint metrics file")
     except ReadError as exc:
-        raise MetricsError(f"{path}: {exc}") from None
-    except (ValueError, RecursionError) as exc:
-        raise MetricsError(f"{path}: not a metrics file: {printable(str(exc))[:120]}") from None
+        raise MetricsError(str(exc)) from None
     if not isinstance(data, dict) or data.get("schema") != METRICS_SCHEMA:
         raise MetricsError(f"{path}: not a qlint metrics file of schema {METRICS_SCHEMA}")
     artifacts = data.get("artifacts")

@@ -11,7 +11,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from qlint.io.reads import ReadError, printable, read_input
+from qlint.io.reads import ReadError, printable, read_input, read_json
 from qlint.rules.catalog import enabled_rules
 from qlint.rules.records import Finding, Location, Report
 from qlint.rules.table import Scope
@@ -117,11 +117,9 @@ def apply_baseline(report: Report, path: Path) -> int:
     """Drop findings the baseline accepts (up to its count per key); return how many."""
     where = printable(str(path))
     try:
-        data = json.loads(read_input(path, BASELINE_MAX_BYTES, "baseline"))
+        data = read_json(path, BASELINE_MAX_BYTES, "baseline", "a qlint baseline")
     except ReadError as exc:
-        raise BaselineError(f"{where}: {exc}") from None
-    except (ValueError, RecursionError) as exc:
-        raise BaselineError(f"{where}: not a qlint baseline ({type(exc).__name__})") from None
+        raise BaselineError(str(exc)) from None
     allowed: Counter[str] = Counter()
     items = data.get("findings") if isinstance(data, dict) and data.get("qlint-baseline") == 1 else None
     if not isinstance(items, list):

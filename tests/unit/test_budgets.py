@@ -144,7 +144,7 @@ def test_growth_limits_and_the_delta_table_against_a_base_run(tmp_path: Path) ->
     ('{"schema": 1, "artifacts": []}', "`artifacts` is not a mapping"),
     ('{"schema": 1, "artifacts": {"a": {"sram_bytes": -5}}}', "a: sram_bytes is not a number: -5"),
     ('{"schema": 1, "artifacts": {"a": {"coverage": true}}}', "a: coverage is not a number: True"),
-    ("{", "not a metrics file"),
+    ("{", "not a qlint metrics file (JSONDecodeError)"),
 ])
 def test_a_bad_metrics_file_is_one_line(tmp_path: Path, body: str, message: str) -> None:
     path = tmp_path / "m.json"
