@@ -67,6 +67,15 @@ def test_the_figures_are_executorchs_own_for_the_pte_fix_writes(tmp_path: Path,
     largest = over["details"]["contributors"][0]
     assert largest["name"] == "dscnn.feature_extractor.4.pointwise.weight" and largest["what"] == "int8 [64, 1, 1, 64]"
 
+    # The .pte itself, checked directly: measured from its own plan, the same figures.
+    code, _, _ = run_cli(["check", str(tmp_path / "kws.pte"), "--no-cache", "--config", str(config),
+                          "--write", f"metrics:{tmp_path / 'pte.json'}"], capsys)
+    shipped_figures = json.loads((tmp_path / "pte.json").read_text())["artifacts"]
+    [(name, as_shipped)] = shipped_figures.items()
+    assert name.endswith("kws.pte") and as_shipped["measured"] == "the .pte as shipped"
+    for key in ("flash_bytes", "arena_bytes", "live_peak_bytes", "fp32_islands", "coverage"):
+        assert as_shipped[key] == figures[key], key
+
 
 @pytest.mark.slow
 def test_compare_shows_what_dropping_channels_last_did_and_a_growth_limit_fails_it(
