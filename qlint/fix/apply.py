@@ -18,7 +18,7 @@ from torch.fx import Node
 
 from qlint.graph.folds import Fold, FoldKind
 from qlint.graph.islands import fp32_compute, requantize_pairs
-from qlint.graph.memory import constant_contributors, peak_contributors, plan_with_buffers
+from qlint.graph.memory import constant_contributors, method_allocator_bytes, peak_contributors, plan_with_buffers
 from qlint.graph.regions import Evaluations, moved_evaluations
 from qlint.graph.view import GraphView, constant_inputs, input_node, output_dtype
 from qlint.rules.records import (
@@ -178,6 +178,7 @@ class Serialized:
     timeline: MemoryTimeline | None = None  # live bytes at every step
     at_peak: tuple[Contributor, ...] = ()  # the tensors live at the peak, largest first
     constants: tuple[Contributor, ...] = ()  # the largest constants, by the module that reads them
+    method_bytes: int | None = None  # what loading it takes from the method allocator (`method_allocator_bytes`)
 
 
 def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
@@ -202,7 +203,7 @@ def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
     timeline, peak, buffers = plan_with_buffers(shipped.graph_module, root)
     at_peak = peak_contributors(buffers, peak.step) if peak is not None else ()
     return Serialized(executorch.buffer, int(sum(plan_.non_const_buffer_sizes)), peak, timeline, at_peak,
-                      constant_contributors(shipped, root))
+                      constant_contributors(shipped, root), method_allocator_bytes(plan_))
 
 
 def float_op_count(view: GraphView) -> int:

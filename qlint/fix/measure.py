@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from qlint.fix.apply import FixError, FixResult, Serialized, VerificationError, fix_program, to_pte
-from qlint.rules.records import ArtifactStats, Contributor, Figures, Finding
+from qlint.rules.records import ArtifactStats, Contributor, Figures, Finding, with_method_allocator
 from qlint.settings.config import Config
 from qlint.settings.options import RunOptions
 
@@ -32,10 +32,11 @@ def figures(artifact: str, measured: str, checked: list[Finding], stats: Artifac
         artifact, measured, dict(Counter(f.code for f in checked)), stats.fp32_islands, stats.fp32_elements,
         stats.coverage, fp32=Contributor.islands(findings))
     if serialized is not None:
-        figures.arena_bytes = figures.sram_bytes = serialized.arena_bytes
+        figures.arena_bytes = serialized.arena_bytes
         figures.live_peak_bytes = serialized.peak.bytes if serialized.peak else None
         figures.flash_bytes = len(serialized.pte)
         figures.sram, figures.flash = serialized.at_peak, serialized.constants
+        with_method_allocator(figures, serialized.method_bytes)
     return figures
 
 

@@ -263,3 +263,57 @@ def constant_contributors(program: Any, root: Path, shown: int = 5) -> tuple[Con
 def peak_contributors(buffers: list[Buffer], step: int, shown: int = 5) -> tuple[Contributor, ...]:
     """The tensors live at the peak step, largest first: what a user shrinks to lower the arena."""
     return tuple(Contributor(b.name, b.size, b.what, b.location) for b in live_at(buffers, step)[:shown])
+
+
+# The method allocator on a 64-bit host, as executorch 1.5.1's runtime lays it out: pointer size,
+# and sizeof(EValue), sizeof(TensorImpl), sizeof(BoxedEvalueList) (printed from its headers). A
+# Cortex-M core is 32-bit: its pointers and TensorImpl are smaller and its padding no larger, so the
+# host figure bounds the device's from above.
+_POINTER, _EVALUE, _TENSOR_IMPL = 8, 16, 64
+
+
+def method_allocator_bytes(plan: Any) -> int:
+    """What `Program::load_method` takes from the method allocator for an execution plan (the
+    `executorch_flatbuffer` schema object): the values table, each tensor's strides (and sizes and
+    dim order when its shape is dynamic) and TensorImpl, boxed lists, the chains, one kernel and one
+    argument list per instruction. Replays `Method::init`'s allocations in order on a bump
+    allocator; equal to the bytes ExecuTorch's own runtime hands out, measured on five programs
+    (docs/budgets.md). Kernel lookups use the temp allocator when the runner gives one, as
+    ExecuTorch's runners do; delegates are not counted (Cortex-M programs have none)."""
+    used = 0
+
+    def take(size: int, align: int) -> None:
+        nonlocal used
+        used = -(-used // align) * align + size
+
+    take(_EVALUE * len(plan.values), 8)
+    if plan.inputs:
+        take(len(plan.inputs), 1)  # which inputs are set
+    for value in plan.values:
+        kind, val = type(value.val).__name__, value.val
+        if kind == "IntList":
+            take(_POINTER * len(val.items), _POINTER)
+            take(8 * len(val.items), 8)
+            take(3 * _POINTER, _POINTER)  # BoxedEvalueList<int64_t>
+        elif kind in ("BoolList", "DoubleList", "String"):
+            take(2 * _POINTER, _POINTER)  # ArrayRef
+        elif kind == "Tensor":
+            dim = len(val.sizes)
+            if int(val.shape_dynamism) != 0:  # not STATIC: sizes and dim order of its own
+                take(4 * dim, 4)
+                take(dim, 1)
+            take(4 * dim, 4)  # strides
+            take(_TENSOR_IMPL, 8)
+        elif kind in ("TensorList", "OptionalTensorList"):
+            element = _POINTER if kind == "TensorList" else 2 * _POINTER
+            take(_POINTER * len(val.items), _POINTER)
+            take(element * len(val.items), _POINTER)
+            take(3 * _POINTER, _POINTER)
+    take(4 * _POINTER * len(plan.chains), _POINTER)  # Chain
+    for chain in plan.chains:
+        take(_POINTER * len(chain.instructions), _POINTER)  # kernels
+        take(2 * _POINTER * len(chain.instructions), _POINTER)  # argument lists
+        for instruction in chain.instructions:
+            if type(instruction.instr_args).__name__ in ("KernelCall", "DelegateCall"):
+                take(_POINTER * len(instruction.instr_args.args), _POINTER)
+    return used

@@ -29,7 +29,7 @@ from typing import Any
 from qlint.graph import stack
 from qlint.io.limits import Limits
 from qlint.io.reads import ReadError
-from qlint.rules.records import Contributor, Figures, PlanMemory, Report
+from qlint.rules.records import Contributor, Figures, PlanMemory, Report, with_method_allocator
 from qlint.settings.config import Config
 
 # ExecuTorch's ScalarType codes (executorch/exir/scalar_type.py) that a quantized program holds.
@@ -537,7 +537,7 @@ def _read(program: Any, budget: _Budget) -> tuple[Any, _PlanReader]:
 def lint_pte(data: bytes, artifact: str, config: Config, measure: bool = False) -> Report:
     """Run the rules on the program a `.pte` ships (already lowered: nothing to lower); with `measure`,
     its figures for budgets and metrics, from its own plan."""
-    from qlint.graph.memory import live_at
+    from qlint.graph.memory import live_at, method_allocator_bytes
     from qlint.graph.rules import run_rules
 
     budget = _Budget(config.limits)  # what the file declares, then what its instructions read
@@ -553,10 +553,11 @@ def lint_pte(data: bytes, artifact: str, config: Config, measure: bool = False) 
                           stats.fp32_islands, stats.fp32_elements, stats.coverage, flash_bytes=len(data),
                           flash=reader.constants(), fp32=Contributor.islands(linted.findings))
         if memory is not None:
-            figures.arena_bytes = figures.sram_bytes = memory.arena_bytes
+            figures.arena_bytes = memory.arena_bytes
             figures.live_peak_bytes = memory.peak.bytes
             figures.sram = tuple(Contributor(b.name, b.size, b.what)
                                  for b in live_at(reader.planned, memory.peak.step)[:5])
+            with_method_allocator(figures, method_allocator_bytes(reader.plan))
         report.figures.append(figures)
     return report
 

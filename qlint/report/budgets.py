@@ -49,6 +49,9 @@ def _contributor_text(key: str, figures: Figures) -> str:
     if not items:
         return ""
     heading = {"sram": "live at the peak", "flash": "largest constants"}.get(key, "largest fp32 islands")
+    if key == "sram" and figures.method_allocator_bytes is not None:
+        heading = (f"arena {figures.arena_bytes:,} B + method allocator {figures.method_allocator_bytes:,} B; "
+                   "the method allocator and the tensors live at the peak")
     return f"; {heading}: " + "; ".join(str(c) for c in items)
 
 
@@ -189,7 +192,8 @@ def deltas(report: Report, base: dict[str, dict[str, Any]]) -> list[Delta]:
 
 
 _SHOWN = {"fp32_islands": "fp32_islands", "fp32_elements": "fp32_elements", "coverage": "coverage",
-          "arena_bytes": "sram", "live_peak_bytes": "sram", "sram_bytes": "sram", "flash_bytes": "flash"}
+          "arena_bytes": "sram", "live_peak_bytes": "sram", "method_allocator_bytes": "sram", "sram_bytes": "sram",
+          "flash_bytes": "flash"}
 
 
 def _exact(key: str, value: float) -> str:

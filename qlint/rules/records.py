@@ -187,20 +187,34 @@ class Figures:
     coverage: float = 1.0
     arena_bytes: int | None = None      # planned (non_const_buffer_sizes)
     live_peak_bytes: int | None = None
-    sram_bytes: int | None = None       # what the SRAM budget holds: the planned arena
+    method_allocator_bytes: int | None = None  # Method::init's values, tensor metadata, argument lists
+    sram_bytes: int | None = None       # what the SRAM budget holds: the arena and the method allocator
     flash_bytes: int | None = None      # the .pte's length
     sram: tuple[Contributor, ...] = ()  # tensors live at the peak, largest first
     flash: tuple[Contributor, ...] = ()  # the largest constants
     fp32: tuple[Contributor, ...] = ()  # the largest fp32 islands (elements per inference)
     sram_budget: int | None = None      # the resolved SRAM budget, which the memory plot draws
 
-    METRICS = ("fp32_islands", "fp32_elements", "coverage", "arena_bytes", "live_peak_bytes", "sram_bytes",
-               "flash_bytes")
+    METRICS = ("fp32_islands", "fp32_elements", "coverage", "arena_bytes", "live_peak_bytes",
+               "method_allocator_bytes", "sram_bytes", "flash_bytes")
 
     def to_dict(self) -> dict[str, Any]:
         """The figures `--write metrics:` and `--compare` exchange (contributors are the report's)."""
         return {"measured": self.measured, "findings": dict(sorted(self.findings.items())),
                 **{key: getattr(self, key) for key in self.METRICS}}
+
+
+def with_method_allocator(figures: Figures, method_bytes: int | None) -> None:
+    """SRAM as budgeted: the planned arena plus what loading the program takes from the method
+    allocator, which is named first among the SRAM contributors."""
+    figures.method_allocator_bytes = method_bytes
+    if figures.arena_bytes is None or method_bytes is None:
+        figures.sram_bytes = figures.arena_bytes
+        return
+    figures.sram_bytes = figures.arena_bytes + method_bytes
+    figures.sram = (Contributor("method allocator", method_bytes, "values, tensor metadata and kernel argument "
+                                "lists Method::init allocates; 64-bit layout, an upper bound on Cortex-M"),
+                    *figures.sram)
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,8 @@ def test_every_board_row_has_its_figures_and_a_source() -> None:
 
 
 def kws(sram: int | None = 64000, islands: int = 1, coverage: float = 0.19) -> Figures:
-    return Figures("target:kws", "as --fix writes it", {"QL002": 1}, islands, 144490, coverage, 64000, 64000, sram,
-                   98528, sram=(Contributor("dscnn.feature_extractor.0", 32000, "float32 [1, 64, 25, 5], output of "
+    return Figures("target:kws", "as --fix writes it", {"QL002": 1}, islands, 144490, coverage, arena_bytes=64000,
+                   live_peak_bytes=64000, sram_bytes=sram, flash_bytes=98528, sram=(Contributor("dscnn.feature_extractor.0", 32000, "float32 [1, 64, 25, 5], output of "
                                             "aten.convolution.out", Location("kws.py", 13)),))
 
 
@@ -116,7 +116,8 @@ def test_a_budget_that_was_not_measured_is_a_finding_not_a_pass(tmp_path: Path) 
 
 def test_growth_limits_and_the_delta_table_against_a_base_run(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, "budgets: {growth: {sram: 5%, fp32_islands: 0, coverage: 1%}}\n"))
-    base = Figures("target:kws", "as --fix writes it", {}, 0, 0, 1.0, 20464, 20464, 20464, 50912)
+    base = Figures("target:kws", "as --fix writes it", {}, 0, 0, 1.0, arena_bytes=20464, live_peak_bytes=20464,
+                   sram_bytes=20464, flash_bytes=50912)
     gone = Figures("old.pt2", "the .pte as shipped")
     metrics = tmp_path / "base.json"
     metrics.write_text(metrics_json(Report(figures=[base, gone])))
