@@ -26,7 +26,18 @@ from qlint import __version__
 from qlint.io.reads import ReadError, read_input
 from qlint.io.writes import write_atomic
 from qlint.rules.catalog import load_catalog
-from qlint.rules.records import ArtifactStats, Finding, LivePeak, Location, MemoryTimeline, PlanMemory, Report, Severity
+from qlint.rules.records import (
+    ArtifactStats,
+    Contributor,
+    Figures,
+    Finding,
+    LivePeak,
+    Location,
+    MemoryTimeline,
+    PlanMemory,
+    Report,
+    Severity,
+)
 from qlint.settings.config import CONFIG_MAX_BYTES, Config, Target
 from qlint.settings.options import RunOptions
 
@@ -126,10 +137,11 @@ class Cache:
             return None  # missing, corrupt or tampered with: recompute and rewrite
 
     def put(self, key: str, report: Report) -> None:
-        if report.errors or report.figures:
-            return  # input errors are re-reported every run; figures are measured every run
+        if report.errors:
+            return  # input errors are re-reported every run
         data = {"schema": SCHEMA, "findings": [f.to_dict() for f in report.findings],
-                "stats": [s.to_dict() for s in report.stats], "memory": [m.to_dict() for m in report.memory]}
+                "stats": [s.to_dict() for s in report.stats], "memory": [m.to_dict() for m in report.memory],
+                "figures": [dataclasses.asdict(f) for f in report.figures]}
         target = self._file(key)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -142,7 +154,7 @@ def _report(data: Any, artifact: str) -> Report | None:
     """Rebuild a report, checking every field's type: a well-formed entry that says less
     than a real check (no summary row, a finding of another artifact) is no answer."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or set(data) != {"schema", "findings", "stats",
-                                                                                   "memory"}:
+                                                                                   "memory", "figures"}:
         return None
     if not isinstance(data["stats"], list) or len(data["stats"]) != 1 or not isinstance(data["findings"], list):
         return None
@@ -155,7 +167,12 @@ def _report(data: Any, artifact: str) -> Report | None:
         return None
     if any(m is None or m.artifact != artifact for m in memory):
         return None
-    return Report(findings=findings, stats=[stats], memory=memory)  # type: ignore[arg-type]
+    if not isinstance(data["figures"], list) or len(data["figures"]) > 1:
+        return None
+    figures = [_figures(item) for item in data["figures"]]
+    if any(f is None or f.artifact != artifact for f in figures):
+        return None
+    return Report(findings=findings, stats=[stats], memory=memory, figures=figures)  # type: ignore[arg-type]
 
 
 def _record(cls: Any, data: Any, **nested: Any) -> Any:
@@ -189,6 +206,35 @@ def _finding(data: Any) -> Finding | None:
     return finding
 
 
+def _contributors(data: Any) -> tuple[Contributor, ...] | None:
+    if not isinstance(data, list):
+        return None
+    found = []
+    for item in data:
+        if not isinstance(item, dict) or "location" not in item:
+            return None
+        location = _record(Location, item["location"]) if item["location"] is not None else None
+        if item["location"] is not None and location is None:
+            return None
+        contributor = _record(Contributor, item, location=location)
+        if contributor is None:
+            return None
+        found.append(contributor)
+    return tuple(found)
+
+
+def _figures(data: Any) -> Figures | None:
+    """A measured artifact's figures, with their contributors; `findings` counts by known code."""
+    if not isinstance(data, dict):
+        return None
+    parts = {key: _contributors(data.get(key)) for key in ("sram", "flash", "fp32")}
+    counts = data.get("findings")
+    if any(part is None for part in parts.values()) or not isinstance(counts, dict) or not all(
+            code in load_catalog() and type(n) is int and n >= 0 for code, n in counts.items()):
+        return None
+    return _record(Figures, data, findings=counts, **parts)
+
+
 def _plan_memory(data: Any) -> PlanMemory | None:
     if not isinstance(data, dict) or not isinstance(data.get("timeline"), dict):
         return None
@@ -211,4 +257,5 @@ def _plan_memory(data: Any) -> PlanMemory | None:
 _TYPES: dict[Any, tuple[type, ...]] = {
     str: (str,), int: (int,), bool: (bool,), float: (float, int),
     dict[str, Any]: (dict,), Location | None: (dict, type(None)), str | None: (str, type(None)),
+    int | None: (int, type(None)),
 }

@@ -45,6 +45,14 @@ def test_an_sram_budget_below_the_arena_fails_naming_the_tensors_at_the_peak(
     assert (figures["arena_bytes"], figures["method_allocator_bytes"], figures["sram_bytes"]) == (64000, 12776, 76776)
     assert figures["measured"] == "as --fix writes it"
 
+    # Answered from the result cache the second time: the same figures, the same QL009.
+    cached = ["check", "--config", str(config), "--targets-only", "--output-format", "json",
+              "--cache-dir", str(tmp_path / "cache")]
+    first, second = (run_cli(cached, capsys)[1] for _ in range(2))
+    [entry] = (tmp_path / "cache").rglob("*.json")
+    assert json.loads(entry.read_text())["figures"][0]["sram_bytes"] == 76776
+    assert json.loads(first) == json.loads(second) == found
+
     roomy = project(tmp_path, "targets:\n  - {name: kws, factory: kws:make, budgets: {sram: 76776}}\n")
     code, found = check(roomy, capsys)
     assert code == 0 and not [f for f in found["findings"] if f["code"] == "QL009"]
