@@ -178,7 +178,7 @@ class Serialized:
     timeline: MemoryTimeline | None = None  # live bytes at every step
     at_peak: tuple[Contributor, ...] = ()  # the tensors live at the peak, largest first
     constants: tuple[Contributor, ...] = ()  # the largest constants, by the module that reads them
-    method_bytes: int | None = None  # what loading it takes from the method allocator (`method_allocator_bytes`)
+    method_bytes: int = 0  # what loading it takes from the method allocator (`method_allocator_bytes`)
 
 
 def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:

@@ -5,17 +5,17 @@ A budget is about what ships, so a `.pt2` or a target is measured as `--fix` wou
 (folded and verified; the same program when nothing folds). When the fix cannot be made, the
 lowered program is measured as it is, and the figures say so. A `.pte` is measured from its own
 plan (`qlint.graph.pte`). SRAM is the planned arena (activations and the CMSIS-NN scratch buffers
-ExecuTorch plans into it); flash is the `.pte`'s length.
+ExecuTorch plans into it) plus what loading the program takes from the method allocator
+(`qlint.graph.memory.method_allocator_bytes`); flash is the `.pte`'s length.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from qlint.fix.apply import FixError, FixResult, Serialized, VerificationError, fix_program, to_pte
-from qlint.rules.records import ArtifactStats, Contributor, Figures, Finding, with_method_allocator
+from qlint.rules.records import ArtifactStats, Figures, Finding
 from qlint.settings.config import Config
 from qlint.settings.options import RunOptions
 
@@ -28,15 +28,10 @@ AS_FIXED = "as --fix writes it"
 def figures(artifact: str, measured: str, checked: list[Finding], stats: ArtifactStats,
             findings: list[Finding], serialized: Serialized | None) -> Figures:
     """One artifact's figures: the check's findings by code, and the measured program's fp32 work and memory."""
-    figures = Figures(
-        artifact, measured, dict(Counter(f.code for f in checked)), stats.fp32_islands, stats.fp32_elements,
-        stats.coverage, fp32=Contributor.islands(findings))
+    figures = Figures.of(artifact, measured, checked, stats, findings)
     if serialized is not None:
-        figures.arena_bytes = serialized.arena_bytes
-        figures.live_peak_bytes = serialized.peak.bytes if serialized.peak else None
-        figures.flash_bytes = len(serialized.pte)
-        figures.sram, figures.flash = serialized.at_peak, serialized.constants
-        with_method_allocator(figures, serialized.method_bytes)
+        figures.with_memory(serialized.arena_bytes, serialized.peak.bytes if serialized.peak else None,
+                            len(serialized.pte), serialized.method_bytes, serialized.at_peak, serialized.constants)
     return figures
 
 

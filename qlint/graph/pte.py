@@ -29,7 +29,7 @@ from typing import Any
 from qlint.graph import stack
 from qlint.io.limits import Limits
 from qlint.io.reads import ReadError
-from qlint.rules.records import Contributor, Figures, PlanMemory, Report, with_method_allocator
+from qlint.rules.records import Contributor, Figures, PlanMemory, Report
 from qlint.settings.config import Config
 
 # ExecuTorch's ScalarType codes (executorch/exir/scalar_type.py) that a quantized program holds.
@@ -412,12 +412,14 @@ class _PlanReader:
 
     def constants(self, shown: int = 5) -> tuple[Contributor, ...]:
         """The program's largest constants, with the kernel that reads each (a `.pte` keeps no module paths)."""
+        from qlint.graph.view import op_name
+
         found = []
         for node in self.graph.nodes:
             if node.name not in self.buffers:
                 continue
             value = self.buffers[node.name]
-            reader = next((str(u.target).removeprefix("<EdgeOpOverload: ").split(">")[0] for u in node.users), None)
+            reader = next((op_name(u) for u in node.users), None)
             what = f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}" + (
                 f", read by {reader}" if reader else "")
             found.append(Contributor(node.name.replace("constant_", "constant value "),
@@ -537,7 +539,7 @@ def _read(program: Any, budget: _Budget) -> tuple[Any, _PlanReader]:
 def lint_pte(data: bytes, artifact: str, config: Config, measure: bool = False) -> Report:
     """Run the rules on the program a `.pte` ships (already lowered: nothing to lower); with `measure`,
     its figures for budgets and metrics, from its own plan."""
-    from qlint.graph.memory import live_at, method_allocator_bytes
+    from qlint.graph.memory import method_allocator_bytes, peak_contributors
     from qlint.graph.rules import run_rules
 
     budget = _Budget(config.limits)  # what the file declares, then what its instructions read
@@ -546,18 +548,11 @@ def lint_pte(data: bytes, artifact: str, config: Config, measure: bool = False) 
     memory = reader.memory(artifact)
     report = Report(findings=linted.findings, stats=[linted.stats], memory=[memory] if memory is not None else [])
     if measure:
-        from collections import Counter
-
-        stats = linted.stats
-        figures = Figures(artifact, "the .pte as shipped", dict(Counter(f.code for f in linted.findings)),
-                          stats.fp32_islands, stats.fp32_elements, stats.coverage, flash_bytes=len(data),
-                          flash=reader.constants(), fp32=Contributor.islands(linted.findings))
+        figures = Figures.of(artifact, "the .pte as shipped", linted.findings, linted.stats, linted.findings)
+        figures.flash_bytes, figures.flash = len(data), reader.constants()
         if memory is not None:
-            figures.arena_bytes = memory.arena_bytes
-            figures.live_peak_bytes = memory.peak.bytes
-            figures.sram = tuple(Contributor(b.name, b.size, b.what)
-                                 for b in live_at(reader.planned, memory.peak.step)[:5])
-            with_method_allocator(figures, method_allocator_bytes(reader.plan))
+            figures.with_memory(memory.arena_bytes, memory.peak.bytes, len(data), method_allocator_bytes(reader.plan),
+                                peak_contributors(reader.planned, memory.peak.step), figures.flash)
         report.figures.append(figures)
     return report
 

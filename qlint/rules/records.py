@@ -198,23 +198,31 @@ class Figures:
     METRICS = ("fp32_islands", "fp32_elements", "coverage", "arena_bytes", "live_peak_bytes",
                "method_allocator_bytes", "sram_bytes", "flash_bytes")
 
+    @classmethod
+    def of(cls, artifact: str, measured: str, checked: list[Finding], stats: ArtifactStats,
+           findings: list[Finding]) -> Figures:
+        """The figures that need no memory plan: the check's findings by code (`checked`), and the
+        fp32 work of the measured program (its `stats` and `findings`)."""
+        counts: dict[str, int] = {}
+        for finding in checked:
+            counts[finding.code] = counts.get(finding.code, 0) + 1
+        return cls(artifact, measured, counts, stats.fp32_islands, stats.fp32_elements, stats.coverage,
+                   fp32=Contributor.islands(findings))
+
+    def with_memory(self, arena: int, live_peak: int | None, flash: int, method_bytes: int,
+                    at_peak: tuple[Contributor, ...], constants: tuple[Contributor, ...]) -> None:
+        """The memory figures of the measured program. SRAM as budgeted is the planned arena plus what
+        loading the program takes from the method allocator, which leads the SRAM contributors."""
+        self.arena_bytes, self.live_peak_bytes, self.flash_bytes = arena, live_peak, flash
+        self.method_allocator_bytes, self.sram_bytes = method_bytes, arena + method_bytes
+        self.sram = (Contributor("method allocator", method_bytes, "values, tensor metadata and kernel argument "
+                                 "lists Method::init allocates; 64-bit layout, an upper bound on Cortex-M"), *at_peak)
+        self.flash = constants
+
     def to_dict(self) -> dict[str, Any]:
         """The figures `--write metrics:` and `--compare` exchange (contributors are the report's)."""
         return {"measured": self.measured, "findings": dict(sorted(self.findings.items())),
                 **{key: getattr(self, key) for key in self.METRICS}}
-
-
-def with_method_allocator(figures: Figures, method_bytes: int | None) -> None:
-    """SRAM as budgeted: the planned arena plus what loading the program takes from the method
-    allocator, which is named first among the SRAM contributors."""
-    figures.method_allocator_bytes = method_bytes
-    if figures.arena_bytes is None or method_bytes is None:
-        figures.sram_bytes = figures.arena_bytes
-        return
-    figures.sram_bytes = figures.arena_bytes + method_bytes
-    figures.sram = (Contributor("method allocator", method_bytes, "values, tensor metadata and kernel argument "
-                                "lists Method::init allocates; 64-bit layout, an upper bound on Cortex-M"),
-                    *figures.sram)
 
 
 @dataclass(frozen=True)

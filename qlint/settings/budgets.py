@@ -90,7 +90,7 @@ class Limit:
 
 @dataclass(frozen=True)
 class Budget:
-    """The limits one config level sets (`None`: not set here), and the board it names."""
+    """The limits one config level sets (a key it does not name is not set here), and the board it names."""
 
     origin: str
     limits: dict[str, float] = field(default_factory=dict)
