@@ -1,6 +1,7 @@
-"""Render docs/rules.md and the README's rule table from the rule catalog: `python scripts/render_docs.py`.
+"""Render docs/rules.md and the README's rule table from the rule catalog, and docs/budgets.md's board
+table from the board table: `python scripts/render_docs.py`.
 
-tests/unit/test_docs.py fails when either disagrees with the catalog.
+tests/unit/test_docs.py fails when any of them disagrees with its source.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from qlint.rules.catalog import load_catalog, render_rule  # noqa: E402
+from qlint.settings.boards import BOARDS, board_rows  # noqa: E402
 
 README_TABLE = re.compile(r"(<!-- rules:start[^>]*-->\n).*?(<!-- rules:end -->)", re.S)
+BOARD_TABLE = re.compile(r"(<!-- boards:start[^>]*-->\n).*?(<!-- boards:end -->)", re.S)
 
 
 def rule_table(link: str = "docs/rules.md") -> str:
@@ -39,7 +42,17 @@ def render_readme(readme: str) -> str:
     return README_TABLE.sub(lambda m: m[1] + rule_table() + m[2], readme)
 
 
+def render_budgets(page: str) -> str:
+    """`page` (docs/budgets.md) with the table between its boards markers rendered from the board table."""
+    rows = "\n".join(f"| `{name}` | {cpu} | {sram} | {flash} | {source} |"
+                     for name, cpu, sram, flash, source in board_rows(BOARDS.values()))
+    return BOARD_TABLE.sub(lambda m: f"{m[1]}| board | CPU | SRAM | flash | source |\n|---|---|---|---|---|\n{rows}\n{m[2]}",
+                           page)
+
+
 if __name__ == "__main__":
     (ROOT / "docs" / "rules.md").write_text(render(), encoding="utf-8")
     readme = ROOT / "README.md"
     readme.write_text(render_readme(readme.read_text(encoding="utf-8")), encoding="utf-8")
+    budgets = ROOT / "docs" / "budgets.md"
+    budgets.write_text(render_budgets(budgets.read_text(encoding="utf-8")), encoding="utf-8")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from qlint import __version__
+from qlint.cli.commands.boards import cmd_boards
 from qlint.cli.commands.check import cmd_check
 from qlint.cli.commands.init import cmd_init
 from qlint.cli.commands.rule import cmd_rule
@@ -21,7 +22,7 @@ from qlint.cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED
 from qlint.cli.output import say, to_devnull, usage_error
 from qlint.settings.options import LoweringOrder
 
-COMMANDS = ("check", "fix", "rule", "rules", "init")
+COMMANDS = ("check", "fix", "rule", "rules", "boards", "init")
 OUTPUT_FORMATS = ("text", "json", "github", "sarif", "markdown")
 
 
@@ -194,9 +195,12 @@ def build_parser() -> _Parser:
     rule = sub.add_parser("rule", help="explain a rule")
     rule.add_argument("code")
     rules = sub.add_parser("rules", help="list the rules")
+    boards = sub.add_parser("boards", help="list the boards a budget can name, with their SRAM and flash")
+    boards.add_argument("--config", type=Path, help="config file whose own `boards:` to list too "
+                        "(default: .qlint.yaml here or above)")
     init = sub.add_parser("init", help="write a commented default .qlint.yaml")
     init.add_argument("path", nargs="?", type=Path, default=Path(".qlint.yaml"))
-    parser.commands = {"check": check, "rule": rule, "rules": rules, "init": init}
+    parser.commands = {"check": check, "rule": rule, "rules": rules, "boards": boards, "init": init}
     return parser
 
 
@@ -247,6 +251,8 @@ def _dispatch(argv: list[str]) -> int:
         return cmd_rules()
     if args.command == "rule":
         return cmd_rule(args.code)
+    if args.command == "boards":
+        return cmd_boards(args.config)
     if args.command == "init":
         return cmd_init(args.path)
     return cmd_check(args)

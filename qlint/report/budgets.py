@@ -15,8 +15,9 @@ from typing import Any
 from qlint import __version__
 from qlint.io.reads import ReadError, printable, read_json
 from qlint.rules.records import Contributor, Delta, Figures, Finding, Report
-from qlint.settings.budgets import Growth, Resolved, show_size
+from qlint.settings.budgets import Growth, Resolved
 from qlint.settings.config import Config
+from qlint.settings.sizes import show_size
 
 CODE = "QL009"
 METRICS_SCHEMA = 1

@@ -9,10 +9,10 @@ board goes in `.qlint.yaml` under `boards:`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-KIB = 1024
-MIB = 1024 * KIB
+from qlint.settings.sizes import KIB, MIB, show_size
 
 
 @dataclass(frozen=True)
@@ -60,3 +60,10 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
           "boards/i-mx-rt1060-evaluation-kit:MIMXRT1060-EVKB (i.MX RT1060: 1 MB on-chip RAM; board: 64 Mbit QSPI "
           "flash)", "flash is the board's external QSPI flash"),
 )}
+
+
+def board_rows(boards: Iterable[Board]) -> list[tuple[str, str, str, str, str]]:
+    """Name, CPU, SRAM, flash and source (with its note) of each board: what `qlint boards` prints and
+    docs/budgets.md shows."""
+    return [(b.name, b.cpu, show_size(b.sram), show_size(b.flash), f"{b.source}; {b.note}" if b.note else b.source)
+            for b in boards]

@@ -29,8 +29,8 @@ from qlint.settings.budgets import (
     Budgets,
     Growth,
     parse_percent,
-    parse_size,
 )
+from qlint.settings.sizes import parse_size
 
 CONFIG_NAME = ".qlint.yaml"
 CONFIG_MAX_BYTES = 1 << 20

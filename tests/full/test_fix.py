@@ -238,15 +238,14 @@ def test_sam_fix(sam_fixed: tuple[dict[str, Any], Path]) -> None:
 
 
 @pytest.mark.slow
-def test_sam_fixed_outputs_match_on_8_seeded_inputs(quantized: Callable[..., Any]) -> None:
+def test_sam_fixed_outputs_match_on_8_seeded_inputs(quantized: Callable[..., Any], linted: Callable[..., Any]) -> None:
     from examples.sam import make_two_way_transformer
 
-    program = quantized("make_two_way_transformer")
+    program, unfixed = quantized("make_two_way_transformer"), linted("make_two_way_transformer")
     template = make_two_way_transformer()[1]
-    result = fix(program, [template])
+    result = fix(program, [template], linted=unfixed)  # folds a copy of the session's lowering
     assert result.summary.verified_inputs == 9
-    unfixed = lint_program(program, "sam", Config()).lowered
-    assert_same_outputs(unfixed, result.program, seeded(template))
+    assert_same_outputs(unfixed.lowered, result.program, seeded(template))
 
 
 @pytest.mark.slow

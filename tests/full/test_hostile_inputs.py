@@ -730,13 +730,13 @@ def test_factories_that_exit_or_crash_are_one_line_each(
 def test_hanging_factory_times_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    factory_project(tmp_path, [("hangs", "models:hangs")], "limits: {timeout_s: 20}\n")
+    factory_project(tmp_path, [("hangs", "models:hangs")], "limits: {timeout_s: 3}\n")
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(["check", "--output-format", "json"], capsys)
     data = json.loads(out)
     assert code == 2
     assert err.strip() == (
-        "qlint: error: target:hangs: did not finish within 20 s (limits.timeout_s in .qlint.yaml); stopped"
+        "qlint: error: target:hangs: did not finish within 3 s (limits.timeout_s in .qlint.yaml); stopped"
     )
     assert [s["artifact"] for s in data["artifacts"]] == ["attention.pt2"]
 

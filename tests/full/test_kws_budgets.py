@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,16 +22,42 @@ def project(tmp_path: Path, config: str) -> Path:
 
 
 def check(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict]:
-    code, out, _ = run_cli(["check", "--config", str(config), "--targets-only", "--no-cache",
+    """`qlint check` of the config's targets, JSON; the result cache is not read unless `extra` names one."""
+    cache = [] if "--cache-dir" in extra else ["--no-cache"]
+    code, out, _ = run_cli(["check", "--config", str(config), "--targets-only", *cache,
                             "--output-format", "json", *extra], capsys)
     return code, json.loads(out)
+
+
+@dataclass
+class Written:
+    """The channels_last keyword spotter checked with --fix, budgets and every figure written."""
+
+    folder: Path
+    code: int
+    found: dict
+
+
+@pytest.fixture(scope="module")
+def channels_last(tmp_path_factory: pytest.TempPathFactory) -> Written:
+    from qlint.cli.main import main
+
+    folder = tmp_path_factory.mktemp("kws")
+    config = project(folder, "budgets: {flash: 16KiB, sram: 40KiB}\n"
+                             "targets:\n  - {name: kws, factory: kws:make_channels_last}\n")
+    out = folder / "out.json"
+    code = main(["check", "--config", str(config), "--targets-only", "--no-cache", "--output-format", "json",
+                 "--fix", "--write", f"json:{out}", "--write", f"metrics:{folder / 'm.json'}",
+                 "--write", f"memory-plot:{folder / 'plan.svg'}", "--write", f"markdown:{folder / 's.md'}"])
+    return Written(folder, code, json.loads(out.read_text()))
 
 
 @pytest.mark.slow
 def test_an_sram_budget_below_the_arena_fails_naming_the_tensors_at_the_peak(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = project(tmp_path, "targets:\n  - {name: kws, factory: kws:make, budgets: {sram: 32KiB}}\n")
-    code, found = check(config, capsys)
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    code, found = check(config, capsys, *cache)
     [over] = [f for f in found["findings"] if f["code"] == "QL009"]
     assert code == 1 and over["severity"] == "error"
     assert over["message"].startswith(
@@ -46,12 +73,9 @@ def test_an_sram_budget_below_the_arena_fails_naming_the_tensors_at_the_peak(
     assert figures["measured"] == "as --fix writes it"
 
     # Answered from the result cache the second time: the same figures, the same QL009.
-    cached = ["check", "--config", str(config), "--targets-only", "--output-format", "json",
-              "--cache-dir", str(tmp_path / "cache")]
-    first, second = (run_cli(cached, capsys)[1] for _ in range(2))
     [entry] = (tmp_path / "cache").rglob("*.json")
     assert json.loads(entry.read_text())["figures"][0]["sram_bytes"] == 76776
-    assert json.loads(first) == json.loads(second) == found
+    assert check(config, capsys, *cache) == (code, found)
 
     roomy = project(tmp_path, "targets:\n  - {name: kws, factory: kws:make, budgets: {sram: 76776}}\n")
     code, found = check(roomy, capsys)
@@ -59,26 +83,23 @@ def test_an_sram_budget_below_the_arena_fails_naming_the_tensors_at_the_peak(
 
 
 @pytest.mark.slow
-def test_the_figures_are_executorchs_own_for_the_pte_fix_writes(tmp_path: Path,
+def test_the_figures_are_executorchs_own_for_the_pte_fix_writes(channels_last: Written, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from executorch.exir._serialize._program import deserialize_pte_binary
 
-    config = project(tmp_path, "budgets: {flash: 16KiB, sram: 40KiB}\n"
-                               "targets:\n  - {name: kws, factory: kws:make_channels_last}\n")
-    code, found = check(config, capsys, "--fix", "--write", f"metrics:{tmp_path / 'm.json'}",
-                        "--write", f"memory-plot:{tmp_path / 'plan.svg'}", "--write", f"markdown:{tmp_path / 's.md'}")
-    assert "SRAM budget 40960 B" in (tmp_path / "plan.svg").read_text()  # the budget drawn as a line
-    assert "![plan.svg](<plan.svg>)" in (tmp_path / "s.md").read_text()
-    shipped = (tmp_path / "kws.pte").read_bytes()
+    code, found, written = channels_last.code, channels_last.found, channels_last.folder
+    assert "SRAM budget 40960 B" in (written / "plan.svg").read_text()  # the budget drawn as a line
+    assert "![plan.svg](<plan.svg>)" in (written / "s.md").read_text()
+    shipped = (written / "kws.pte").read_bytes()
     plan = deserialize_pte_binary(shipped).program.execution_plan[0]
-    figures = json.loads((tmp_path / "m.json").read_text())["artifacts"]["target:kws"]
+    figures = json.loads((written / "m.json").read_text())["artifacts"]["target:kws"]
     assert figures["flash_bytes"] == len(shipped) and figures["arena_bytes"] == sum(plan.non_const_buffer_sizes)
     # what ExecuTorch's own runtime takes from the method allocator to load it (a 64-bit host, as qlint's figure)
     sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
     import method_allocator
 
     harness = method_allocator.build(tmp_path)
-    assert figures["method_allocator_bytes"] == method_allocator.measure(harness, tmp_path / "kws.pte") == 17064
+    assert figures["method_allocator_bytes"] == method_allocator.measure(harness, written / "kws.pte") == 17064
     assert figures["sram_bytes"] == figures["arena_bytes"] + 17064
     assert figures["coverage"] == 1.0 and figures["fp32_islands"] == 0
     [over] = [f for f in found["findings"] if f["code"] == "QL009"]
@@ -87,7 +108,7 @@ def test_the_figures_are_executorchs_own_for_the_pte_fix_writes(tmp_path: Path,
     assert largest["name"] == "dscnn.feature_extractor.4.pointwise.weight" and largest["what"] == "int8 [64, 1, 1, 64]"
 
     # The .pte itself, checked directly: measured from its own plan, the same figures.
-    code, _, _ = run_cli(["check", str(tmp_path / "kws.pte"), "--no-cache", "--config", str(config),
+    code, _, _ = run_cli(["check", str(written / "kws.pte"), "--no-cache", "--config", str(written / ".qlint.yaml"),
                           "--write", f"metrics:{tmp_path / 'pte.json'}"], capsys)
     shipped_figures = json.loads((tmp_path / "pte.json").read_text())["artifacts"]
     [(name, as_shipped)] = shipped_figures.items()
@@ -99,11 +120,8 @@ def test_the_figures_are_executorchs_own_for_the_pte_fix_writes(tmp_path: Path,
 
 @pytest.mark.slow
 def test_compare_shows_what_dropping_channels_last_did_and_a_growth_limit_fails_it(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = project(tmp_path, "targets:\n  - {name: kws, factory: kws:make_channels_last}\n")
-    metrics = tmp_path / "base.json"
-    code, _ = check(base, capsys, "--write", f"metrics:{metrics}")
-    assert code == 0
+        channels_last: Written, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    metrics = channels_last.folder / "m.json"  # the base: the channels_last build
     changed = project(tmp_path, "budgets: {growth: {fp32_islands: 0}}\ntargets:\n  - {name: kws, factory: kws:make}\n")
     summary = tmp_path / "summary.md"
     code, found = check(changed, capsys, "--compare", str(metrics), "--write", f"markdown:{summary}")

@@ -37,39 +37,53 @@ def zoo(pt2_dir: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
     return folder
 
 
-def test_cache_answers_without_torch_and_config_changes_invalidate(zoo: Path, tmp_path: Path) -> None:
+def forge(cache: Path) -> None:
+    """Every entry of `cache` made to say "forged" in its first finding's message: still a valid
+    entry, so a run that reads one shows it, and a run that shows none computed its own."""
+    for entry in cache.rglob("*.json"):
+        data = json.loads(entry.read_text())
+        data["findings"][0]["message"] += " (forged)"
+        entry.write_text(json.dumps(data))
+
+
+def test_cache_answers_without_torch_and_config_changes_invalidate(
+        zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cache = tmp_path / "cache"
     config = tmp_path / ".qlint.yaml"
     config.write_text("coverage_threshold: 0.9\n")
-    args = ["check", "--config", str(config), "--output-format", "json", str(zoo / "attention.pt2")]
-    first = qlint_process(args, cache)
-    assert first.returncode == 1 and "HEAVY=executorch,torch" in first.stderr
-    second = qlint_process(args, cache)
-    assert second.returncode == 1 and "HEAVY=\n" in second.stderr + "\n"
-    assert json.loads(second.stdout) == json.loads(first.stdout)
+    args = ["check", "--config", str(config), "--output-format", "json", "--cache-dir", str(cache),
+            str(zoo / "attention.pt2")]
+    code, first, _ = run_cli(args, capsys)  # computed in this process, which has torch loaded
+    answered = qlint_process(args, cache)  # a fresh interpreter: answered from the entry, torch never imported
+    assert (code, answered.returncode) == (1, 1) and "HEAVY=\n" in answered.stderr + "\n"
+    assert json.loads(answered.stdout) == json.loads(first)
+    forge(cache)
+    assert "(forged)" in run_cli(args, capsys)[1]  # what the cache holds is what is answered
     # Editing (or just touching) the config invalidates the entry.
-    time.sleep(0.01)
     config.write_text("coverage_threshold: 0.5\n")
-    third = qlint_process(args, cache)
-    assert "HEAVY=executorch,torch" in third.stderr
-    assert "QL005" not in {f["code"] for f in json.loads(third.stdout)["findings"]}
+    third = run_cli(args, capsys)[1]
+    assert "(forged)" not in third and "QL005" not in {f["code"] for f in json.loads(third)["findings"]}
+    forge(cache)
     os.utime(config)
-    assert "HEAVY=executorch,torch" in qlint_process(args, cache).stderr
+    assert "(forged)" not in run_cli(args, capsys)[1]
     # --no-cache never reads it.
-    assert "HEAVY=executorch,torch" in qlint_process([*args, "--no-cache"], cache).stderr
+    forge(cache)
+    assert "(forged)" not in run_cli([*args, "--no-cache"], capsys)[1]
+    assert "(forged)" in run_cli(args, capsys)[1]
 
 
-def test_corrupt_cache_entries_are_ignored_and_rewritten(zoo: Path, tmp_path: Path) -> None:
+def test_corrupt_cache_entries_are_ignored_and_rewritten(zoo: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
     cache = tmp_path / "cache"
-    args = ["check", "--output-format", "json", str(zoo / "attention.pt2")]
-    good = qlint_process(args, cache)
+    args = ["check", "--output-format", "json", "--cache-dir", str(cache), str(zoo / "attention.pt2")]
+    good = run_cli(args, capsys)[1]
     [entry] = list(cache.rglob("*.json"))
+    written = entry.read_text()
     for junk in ('{"schema": 1, "findings": [{"code": 1}], "stats": []}', "not json", ""):
         entry.write_text(junk)
-        again = qlint_process(args, cache)
-        assert "HEAVY=executorch,torch" in again.stderr  # recomputed, not trusted
-        assert json.loads(again.stdout) == json.loads(good.stdout)
-        assert json.loads(entry.read_text())["findings"]  # rewritten
+        again = run_cli(args, capsys)[1]
+        assert json.loads(again) == json.loads(good)
+        assert entry.read_text() == written  # recomputed and rewritten, not trusted
 
 
 def test_cache_key_covers_qlint_code_and_rules(zoo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

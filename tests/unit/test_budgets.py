@@ -12,8 +12,8 @@ import pytest
 from qlint.report.budgets import MetricsError, delta_markdown, deltas, metrics_json, over_budget, read_metrics
 from qlint.rules.records import Contributor, Figures, Location, Report
 from qlint.settings.boards import BOARDS
-from qlint.settings.budgets import parse_size, show_size
 from qlint.settings.config import ConfigError, load_config
+from qlint.settings.sizes import parse_size, show_size
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -84,6 +84,26 @@ def test_every_board_row_has_its_figures_and_a_source() -> None:
     page = (Path(__file__).parents[2] / "docs" / "budgets.md").read_text(encoding="utf-8")
     for board in BOARDS.values():
         assert f"| `{board.name}` | {board.cpu} |" in page and board.source in page
+
+
+def test_boards_lists_the_configs_own_boards_first_then_the_table(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from qlint.cli.main import main
+
+    config = write(tmp_path, "boards:\n  my-board: {sram: 96KiB, flash: 1MiB}\n  nucleo-f446re: {sram: 1KiB, flash: 2KiB}\n")
+    assert main(["boards", "--config", str(config)]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert rows[0].split()[:5] == ["my-board", "96", "KiB", "(98,304", "B)"] and "boards.my-board in .qlint.yaml:2" in rows[0]
+    assert rows[1].startswith("nucleo-f446re") and "1 KiB (1,024 B)" in rows[1]  # the config's own overrides the table's
+    assert len(rows) == len(BOARDS) + 1 and sum(r.startswith("nucleo-f446re ") for r in rows) == 1
+    assert rows[2].startswith("stm32f746g-disco") and "320 KiB (327,680 B)" in rows[2] and "https://www.st.com/" in rows[2]
+
+    (tmp_path / ".qlint.yaml").write_text("boards: {b: {sram: 1KB}}\n")
+    assert main(["boards", "--config", str(tmp_path / ".qlint.yaml")]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("qlint: config error: ") and ".qlint.yaml:1: boards.b.sram: '1KB' is not a size" in line
+    assert main(["boards", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err.strip().endswith("missing.yaml:0: <file>: no such config file")
 
 
 def kws(sram: int | None = 64000, islands: int = 1, coverage: float = 0.19) -> Figures:

@@ -15,7 +15,7 @@ from qlint import __version__
 from qlint.rules.catalog import load_catalog
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--version"], ["rules"], ["rule", "QL001"], ["check", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["rules"], ["rule", "QL001"], ["boards"], ["check", "--help"]])
 def test_fast_commands_do_not_import_torch(args: list[str]) -> None:
     result = subprocess.run([sys.executable, "-c", TORCH_PROBE, *args], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -21,7 +21,7 @@ def render_docs():  # type: ignore[no-untyped-def]
     return module
 
 
-def test_rules_page_and_readme_table_are_rendered_from_the_catalog() -> None:
+def test_rules_page_readme_and_board_tables_are_rendered_from_their_sources() -> None:
     module = render_docs()
     assert (ROOT / "docs" / "rules.md").read_text(encoding="utf-8") == module.render(), (
         "docs/rules.md is stale: run python scripts/render_docs.py"
@@ -29,6 +29,8 @@ def test_rules_page_and_readme_table_are_rendered_from_the_catalog() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert module.render_readme(readme) == readme, "README's rule table is stale: run python scripts/render_docs.py"
     assert module.rule_table() in readme
+    budgets = (ROOT / "docs" / "budgets.md").read_text(encoding="utf-8")
+    assert module.render_budgets(budgets) == budgets, "docs/budgets.md's board table is stale: run scripts/render_docs.py"
 
 
 def test_readme_lists_every_rule_with_its_fix_applicability() -> None:
