@@ -205,8 +205,16 @@ def _no_pattern(node: Node, seen: Node, op: str, wanted: str, as_quantized: Call
         return Cause((op,), f"no CortexMQuantizer pattern lists {shown}", f"fix: {equal[1]}")
     if _explicit_layout_covers(wanted):
         return Cause((op,), f"no CortexMQuantizer pattern covers {shown} (only the experimental explicit-layout "
-                            "patterns, CortexMQuantizer(use_explicit_layout=True), have one)")
+                            "patterns, CortexMQuantizer(use_explicit_layout=True), have one)", _as_2d(wanted))
     return Cause((op,), f"no CortexMQuantizer pattern covers {shown}")
+
+
+def _as_2d(wanted: str) -> str:
+    """For a 1-D convolution, when a 2-D convolution pattern exists: run it as one, kernel height 1."""
+    if wanted != "conv1d" or not any(ops[0] == "conv2d" for ops, _ in _patterns()):
+        return ""
+    return ("fix: run it as a channels_last conv2d over [N, C, 1, L], which CortexMQuantizer's conv2d pattern takes "
+            "(for a config target: the conv1d-as-conv2d remedy, qlint fix --unsafe-fixes)")
 
 
 def _fusable_after(node: Node, form: str) -> bool:

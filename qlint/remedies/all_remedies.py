@@ -7,6 +7,7 @@ A new remedy is a module of its own here, named for its `RemedyName`, and a row 
 from __future__ import annotations
 
 from qlint.remedies.channels_last import ChannelsLast
+from qlint.remedies.conv1d_as_conv2d import Conv1dAsConv2d
 from qlint.remedies.derived_scale_qparams import DerivedScaleQParams
 from qlint.remedies.expand_broadcasts import ExpandBroadcasts
 from qlint.remedies.int8_io import Int8IO
@@ -17,5 +18,6 @@ from qlint.settings.config import RemedyName
 
 REMEDIES: dict[RemedyName, Remedy] = {
     r.name: r for r in (
-        ChannelsLast(), UnfusedAttention(), DerivedScaleQParams(), Int8IO(), Int8LayerNorm(), ExpandBroadcasts())
+        ChannelsLast(), UnfusedAttention(), DerivedScaleQParams(), Int8IO(), Int8LayerNorm(), ExpandBroadcasts(),
+        Conv1dAsConv2d())
 }

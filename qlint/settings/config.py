@@ -64,6 +64,7 @@ class RemedyName(StrEnum):
     INT8_IO = "int8-io"
     INT8_LAYERNORM = "int8-layernorm"
     EXPAND_BROADCASTS = "expand-broadcasts"
+    CONV1D_AS_CONV2D = "conv1d-as-conv2d"
 
 
 class ConfigError(Exception):
@@ -484,7 +485,7 @@ targets: []
 # (unsafe fixes: they change numerics). Each is tried alone and kept only if it
 # helps and the SQNR against the float model drops by at most the guard.
 # `--unsafe-fixes` tries all of them. Known: channels-last, unfused-attention,
-# derived-scale-qparams, int8-io, int8-layernorm, expand-broadcasts.
+# derived-scale-qparams, int8-io, int8-layernorm, expand-broadcasts, conv1d-as-conv2d.
 remedies: []
 remedy_max_sqnr_drop_db: 1.0
 

@@ -1,0 +1,90 @@
+"""The `conv1d-as-conv2d` remedy: a 1-D convolution, which CortexMQuantizer has no pattern for,
+run as a channels_last 2-D convolution of kernel height 1, which `cortex_m.quantized_conv2d` runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from qlint.graph.lint import lint_program
+from qlint.graph.quantize import export_float, quantize
+from qlint.remedies.conv1d_as_conv2d import Conv1dAsConv2d, conv1d_as_conv2d
+from qlint.remedies.remedy import Build
+from qlint.remedies.search import remediate
+from qlint.rules.records import RemedyStatus
+from qlint.settings.config import Config, RemedyName
+
+
+class FrontEnd(torch.nn.Module):
+    """Whisper's audio front end in small: two 1-D convolutions with GELU, the second strided."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1 = torch.nn.Conv1d(8, 16, 3, padding=1)
+        self.conv2 = torch.nn.Conv1d(16, 16, 3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.nn.functional.gelu(self.conv1(x))
+        return torch.nn.functional.gelu(self.conv2(x)).permute(0, 2, 1)
+
+
+def batch(seed: int, shape: tuple[int, ...] = (1, 8, 32)) -> tuple[torch.Tensor]:
+    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)),)
+
+
+@pytest.mark.parametrize("conv", [
+    torch.nn.Conv1d(4, 6, 3),
+    torch.nn.Conv1d(4, 6, 5, stride=2, padding=2, bias=False),
+    torch.nn.Conv1d(4, 8, 3, dilation=2, padding=3, groups=2),
+    torch.nn.Conv1d(4, 4, 3, padding=1, groups=4),  # depthwise
+], ids=["plain", "strided-no-bias", "dilated-grouped", "depthwise"])
+def test_the_rewrite_computes_what_the_1d_convolution_does(conv: torch.nn.Module) -> None:
+    model = torch.nn.Sequential(conv).eval()
+    graph = export_float(model, batch(0, (1, 4, 20)))
+    expected = [graph(*batch(seed, (1, 4, 20))) for seed in (1, 2)]
+    conv1d_as_conv2d(graph)
+    targets = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten.conv1d.default not in targets and targets.count(torch.ops.aten.conv2d.default) == 1
+    for seed, want in zip((1, 2), expected, strict=True):
+        got = graph(*batch(seed, (1, 4, 20)))
+        assert got.shape == want.shape and got.is_contiguous()
+        assert torch.allclose(got, want, rtol=0, atol=1e-5)  # the same sums, maybe in another order
+
+
+def test_a_weight_computed_in_the_graph_is_left_with_the_reason() -> None:
+    class Computed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(4, 4, 3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.conv1d(x, self.weight * 0.5)
+
+    graph = export_float(Computed().eval(), batch(0, (1, 4, 20)))
+    assert Conv1dAsConv2d().not_applicable(graph) == "conv1d: its weight is computed in the graph, not a parameter"
+    with pytest.raises(ValueError, match="cannot rewrite conv1d: its weight is computed in the graph"):
+        conv1d_as_conv2d(graph)
+
+
+def test_the_front_end_becomes_int8_convolutions_and_the_cause_names_the_remedy() -> None:
+    model, example = FrontEnd().eval(), batch(1)
+    calibration = (example, batch(2), batch(3))
+    plain = lint_program(quantize(model, example, list(calibration)), "front", Config())
+    islands = [f for f in plain.findings if f.code == "QL002"]
+    assert len(islands) == 2 and all("no CortexMQuantizer pattern covers" in f.message for f in islands)
+    assert all("run it as a channels_last conv2d over [N, C, 1, L]" in f.message
+               and "the conv1d-as-conv2d remedy" in f.message for f in islands)
+    assert Conv1dAsConv2d().sites(export_float(model, example)) == ["conv1", "conv2"]
+
+    done = remediate(Build(model, example, calibration), [RemedyName.CONV1D_AS_CONV2D], Config(), "front")
+    [outcome] = done.report.outcomes
+    assert outcome.status == RemedyStatus.KEPT and done.error is None, outcome.reason
+    base, kept = done.report.baseline, outcome.measured
+    assert (base.coverage, kept.coverage) == (0.5, 1.0) and (base.fp32_elements, kept.fp32_elements) == (1536, 0)
+    assert kept.kernels["cortex_m.quantized_conv2d"] == 2 and base.sqnr_db - kept.sqnr_db <= 1.0
+    # Only the convolutions' own tensors are NHWC: every view and the output keep the default dim order.
+    layouts = {(tuple(n.meta["val"].shape), n.meta["val"].dim_order()) for n in done.fixed.program.graph.nodes
+               if n.op == "call_function" and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].dim() > 1}
+    moved = {(shape, order) for shape, order in layouts if order != tuple(range(len(shape)))}
+    assert moved == {((1, 8, 1, 32), (0, 2, 3, 1)), ((1, 16, 1, 32), (0, 2, 3, 1)), ((1, 16, 1, 16), (0, 2, 3, 1))}
