@@ -28,7 +28,7 @@ stack.load()
 import torch  # noqa: E402
 from torch.fx import GraphModule, Node  # noqa: E402
 
-from qlint.remedies.remedy import SitedRemedy, call_nodes, site_name  # noqa: E402
+from qlint.remedies.remedy import SitedRemedy, call_nodes, node_for, rewrite_each, site_name  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
 _aten = torch.ops.aten
@@ -97,18 +97,9 @@ def conv1d_as_conv2d(graph: GraphModule, *, skip_unsupported: bool = False,
     Raises ValueError naming one that cannot be rewritten, unless `skip_unsupported`, which leaves
     that one as it is. `skip` names (by module path, `site_name`) the ones to leave as they are.
     """
-    for index, node in enumerate(call_nodes(graph, _CONV1D)):
-        if site_name(node) in skip:
-            continue
-        reason = not_rewritable(graph, node)
-        if reason is not None:
-            if skip_unsupported:
-                continue
-            raise ValueError(f"cannot rewrite {reason}")
-        _rewrite(graph, node, f"_qlint_conv1d_{index}_weight")
-    graph.graph.lint()
-    graph.recompile()
-    return graph
+    return rewrite_each(graph, call_nodes(graph, _CONV1D), lambda node: not_rewritable(graph, node),
+                        lambda node, index: _rewrite(graph, node, f"_qlint_conv1d_{index}_weight"),
+                        skip_unsupported=skip_unsupported, skip=skip, verb="rewrite")
 
 
 def _rewrite(graph: GraphModule, node: Node, weight_name: str) -> None:
@@ -116,21 +107,9 @@ def _rewrite(graph: GraphModule, node: Node, weight_name: str) -> None:
     weight = _parameter(graph, args["weight"])
     assert weight is not None  # `not_rewritable` said so
     graph.register_buffer(weight_name, weight.detach().unsqueeze(2).clone())
-    fake_mode = args["input"].meta["val"].fake_mode
 
     def add(target: Any, args_: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Node:
-        """A new node before `node`, with the fake value export would have recorded for it."""
-        if target == "get_attr":
-            created = graph.graph.get_attr(args_[0])
-            created.meta["val"] = fake_mode.from_tensor(getattr(graph, args_[0]))
-        else:
-            created = graph.graph.call_function(target, args_, kwargs or {})
-            with fake_mode:
-                created.meta["val"] = target(*torch.fx.node.map_arg(args_, lambda n: n.meta["val"]), **(kwargs or {}))
-        for key in ("stack_trace", "nn_module_stack"):
-            if key in node.meta:
-                created.meta[key] = node.meta[key]
-        return created
+        return node_for(graph, node, target, args_, kwargs)
 
     def pair(values: Any, first: int) -> list[int]:
         """conv2d's [height, width] for conv1d's one value: `first` over the height of 1."""

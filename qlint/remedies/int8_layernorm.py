@@ -28,7 +28,7 @@ stack.load()
 import torch  # noqa: E402
 from torch.fx import GraphModule, Node  # noqa: E402
 
-from qlint.remedies.remedy import SitedRemedy, site_name  # noqa: E402
+from qlint.remedies.remedy import SitedRemedy, node_for, rewrite_each, site_name  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
 _aten = torch.ops.aten
@@ -105,25 +105,15 @@ def rebuild_layer_norms(
     Raises ValueError naming one that cannot be rebuilt, unless `skip_unsupported`, which leaves
     that one as it is. `skip` names (by module path, `site_name`) the ones to leave in float.
     """
-    for index, node in enumerate(norm_nodes(graph)):
-        if site_name(node) in skip:
-            continue
-        reason = not_rebuildable(node)
-        if reason is not None:
-            if skip_unsupported:
-                continue
-            raise ValueError(f"cannot rebuild {reason}")
-        _rebuild(graph, node, f"_qlint_layer_norm_{index}")
-    graph.graph.lint()
-    graph.recompile()
-    return graph
+    return rewrite_each(graph, norm_nodes(graph), not_rebuildable,
+                        lambda node, index: _rebuild(graph, node, f"_qlint_layer_norm_{index}"),
+                        skip_unsupported=skip_unsupported, skip=skip, verb="rebuild")
 
 
 def _rebuild(graph: GraphModule, node: Node, prefix: str) -> None:
     x, shape, weight, bias, eps = _norm_args(node)
     value = x.meta["val"]
     channels, full = shape[0], list(value.shape)
-    fake_mode = value.fake_mode
     averaging = torch.full((1, channels), 1.0 / channels, dtype=value.dtype)
     if node.target == _LAYER_NORM:
         graph.register_buffer(f"{prefix}_mean", averaging.clone())
@@ -131,16 +121,7 @@ def _rebuild(graph: GraphModule, node: Node, prefix: str) -> None:
     graph.register_buffer(f"{prefix}_eps", torch.tensor([eps], dtype=value.dtype))
 
     def add(target: Any, *args: Any) -> Node:
-        """A new node before `node`, with the fake value export would have recorded for it."""
-        created = graph.graph.call_function(target, args) if target != "get_attr" else graph.graph.get_attr(args[0])
-        if created.op == "get_attr":
-            created.meta["val"] = fake_mode.from_tensor(getattr(graph, created.target))
-        else:
-            with fake_mode:
-                created.meta["val"] = target(*torch.fx.node.map_arg(args, lambda n: n.meta["val"]))
-        created.meta["stack_trace"] = node.meta.get("stack_trace")
-        created.meta["nn_module_stack"] = node.meta.get("nn_module_stack", {})
-        return created
+        return node_for(graph, node, target, args)
 
     with graph.graph.inserting_before(node):
         centred = x  # rms_norm: no mean

@@ -12,6 +12,7 @@ runs that never load the stack.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -103,6 +104,46 @@ def site_name(node: Any) -> str:
     """The user's name for where a remedy acts: the path of the module that called the op
     (`encoder.layers.0.norm1`), else the graph node's name (a functional call at the top level)."""
     return module_name(node) or node.name
+
+
+def rewrite_each(graph: Any, nodes: Sequence[Any], why_not: Callable[[Any], str | None],
+                 rewrite: Callable[[Any, int], None], *, skip_unsupported: bool, skip: Collection[str],
+                 verb: str) -> Any:
+    """`rewrite(node, index)` at each of `nodes` (a sited remedy's public rewrite), leaving those that
+    `skip` names. One that cannot be rewritten (`why_not` says why) raises ValueError `cannot <verb>
+    <reason>`, unless `skip_unsupported`, which leaves it as it is."""
+    for index, node in enumerate(nodes):
+        if site_name(node) in skip:
+            continue
+        reason = why_not(node)
+        if reason is not None:
+            if skip_unsupported:
+                continue
+            raise ValueError(f"cannot {verb} {reason}")
+        rewrite(node, index)
+    graph.graph.lint()
+    graph.recompile()
+    return graph
+
+
+def node_for(graph: Any, origin: Any, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
+    """A node calling `target` (`"get_attr"`: reading the graph's attribute `args[0]`) at the graph's
+    insertion point, with the fake value export would have recorded for it and the source of `origin`,
+    the node it replaces, so what a rewrite creates is reported at the user's line and module."""
+    import torch
+
+    fake_mode = origin.meta["val"].fake_mode
+    if target == "get_attr":
+        created = graph.graph.get_attr(args[0])
+        created.meta["val"] = fake_mode.from_tensor(getattr(graph, args[0]))
+    else:
+        created = graph.graph.call_function(target, args, kwargs or {})
+        with fake_mode:
+            created.meta["val"] = target(*torch.fx.node.map_arg(args, lambda n: n.meta["val"]), **(kwargs or {}))
+    for key in ("stack_trace", "nn_module_stack"):
+        if key in origin.meta:
+            created.meta[key] = origin.meta[key]
+    return created
 
 
 def apply_to_build(build: Build, remedies: list[Remedy]) -> Build:
