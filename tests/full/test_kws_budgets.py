@@ -77,9 +77,12 @@ def test_an_sram_budget_below_the_arena_fails_naming_the_tensors_at_the_peak(
     assert json.loads(entry.read_text())["figures"][0]["sram_bytes"] == 76776
     assert check(config, capsys, *cache) == (code, found)
 
-    roomy = project(tmp_path, "targets:\n  - {name: kws, factory: kws:make, budgets: {sram: 76776}}\n")
+    # At the figures (SRAM and flash both), within budget: no finding.
+    flash = figures["flash_bytes"]
+    roomy = project(tmp_path, f"targets:\n  - {{name: kws, factory: kws:make, budgets: {{sram: 76776, flash: {flash}}}}}\n")
     code, found = check(roomy, capsys)
     assert code == 0 and not [f for f in found["findings"] if f["code"] == "QL009"]
+    assert found["figures"][0]["flash_bytes"] == flash
 
 
 @pytest.mark.slow
