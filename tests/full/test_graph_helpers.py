@@ -54,3 +54,27 @@ def test_constant_propagation_never_runs_a_huge_or_untrusted_constant() -> None:
 
     computed = computed_constants(torch.export.export(Mask(), (torch.randn(8, 8),)), trusted_shapes=True)
     assert sorted(float(v.flatten()[0]) for v in computed.values()) == [0.5, 1.0]
+
+
+def test_the_stack_collects_cia_ops_with_one_dispatcher_walk_and_the_same_answer(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`run_decompositions` asks for the CompositeImplicitAutograd ops twice per `to_edge`; torch walks
+    the dispatcher's list once per op namespace, the stack's version once per call, same set."""
+    import torch
+    import torch._export.utils as export_utils
+    import torch.export.decomp_utils as decomp_utils
+    import torch.export.exported_program as exported_program
+
+    from qlint.graph import stack
+
+    stack.load()
+    patched, original = exported_program._collect_all_valid_cia_ops, export_utils._collect_all_valid_cia_ops
+    assert patched is not original and decomp_utils._collect_all_valid_cia_ops is patched
+    ask = torch._C._dispatch_get_registrations_for_dispatch_key
+    walks: list[str] = []
+    monkeypatch.setattr(torch._C, "_dispatch_get_registrations_for_dispatch_key",
+                        lambda key: (walks.append(key), ask(key))[1])
+    once = patched()
+    assert walks == ["CompositeImplicitAutograd"]
+    walks.clear()
+    assert original() == once and len(walks) > 10 and len(once) > 100
+    assert export_utils._materialize_cpp_cia_ops.__name__ == "_materialize_cpp_cia_ops"  # restored after the call
