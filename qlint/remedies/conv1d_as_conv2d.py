@@ -28,7 +28,7 @@ stack.load()
 import torch  # noqa: E402
 from torch.fx import GraphModule, Node  # noqa: E402
 
-from qlint.remedies.remedy import SitedRemedy, call_nodes, node_for, rewrite_each, site_name  # noqa: E402
+from qlint.remedies.remedy import SitedRemedy, call_nodes, node_for, rewrite_each  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
 _aten = torch.ops.aten
@@ -41,20 +41,14 @@ class Conv1dAsConv2d(SitedRemedy):
     """Run every 1-D convolution as a channels_last 2-D convolution of kernel height 1."""
 
     name = RemedyName.CONV1D_AS_CONV2D
-    user_change = (
-        "from qlint.remedies.conv1d_as_conv2d import conv1d_as_conv2d",
-        "graph = conv1d_as_conv2d(torch.export.export(model, example_inputs).module())  # before prepare_pt2e",
-    )
+    public = "conv1d_as_conv2d"
+    none_found = "the exported model has no 1-D convolution"
 
-    def sites(self, graph: Any) -> list[str]:
-        return list(dict.fromkeys(site_name(n) for n in call_nodes(graph, _CONV1D) if not_rewritable(graph, n) is None))
+    def nodes(self, graph: Any) -> list[Any]:
+        return call_nodes(graph, _CONV1D)
 
-    def not_applicable(self, graph: Any) -> str | None:
-        convs = call_nodes(graph, _CONV1D)
-        if not convs:
-            return "the exported model has no 1-D convolution"
-        reasons = [why for node in convs if (why := not_rewritable(graph, node)) is not None]
-        return "; ".join(reasons) if len(reasons) == len(convs) else None
+    def why_not(self, graph: Any, node: Any) -> str | None:
+        return not_rewritable(graph, node)
 
     def on_graph(self, graph: Any) -> Any:
         return conv1d_as_conv2d(graph, skip_unsupported=True, skip=self.skip)

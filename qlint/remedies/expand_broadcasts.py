@@ -36,19 +36,12 @@ class ExpandBroadcasts(SitedRemedy):
     """Expand the broadcast operands of every elementwise add, sub, mul and div to the op's output shape."""
 
     name = RemedyName.EXPAND_BROADCASTS
-    user_change = (
-        "from qlint.remedies.expand_broadcasts import expand_broadcasts",
-        "graph = expand_broadcasts(torch.export.export(model, example_inputs).module())  # before prepare_pt2e",
-    )
+    public = "expand_broadcasts"
+    none_found = ("no add, sub, mul or div of the exported model has operands that broadcast "
+                  "(one-element constants aside)")
 
-    def sites(self, graph: Any) -> list[str]:
-        return list(dict.fromkeys(site_name(n) for n in broadcast_nodes(graph)))
-
-    def not_applicable(self, graph: Any) -> str | None:
-        if not broadcast_nodes(graph):
-            return ("no add, sub, mul or div of the exported model has operands that broadcast "
-                    "(one-element constants aside)")
-        return None
+    def nodes(self, graph: Any) -> list[Any]:
+        return broadcast_nodes(graph)
 
     def on_graph(self, graph: Any) -> Any:
         return expand_broadcasts(graph, skip=self.skip)

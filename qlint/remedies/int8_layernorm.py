@@ -28,7 +28,7 @@ stack.load()
 import torch  # noqa: E402
 from torch.fx import GraphModule, Node  # noqa: E402
 
-from qlint.remedies.remedy import SitedRemedy, node_for, rewrite_each, site_name  # noqa: E402
+from qlint.remedies.remedy import SitedRemedy, node_for, rewrite_each  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
 _aten = torch.ops.aten
@@ -45,20 +45,14 @@ class Int8LayerNorm(SitedRemedy):
     """Rebuild every `layer_norm` and `rms_norm` over the last dimension from linear, add, mul and an rsqrt table."""
 
     name = RemedyName.INT8_LAYERNORM
-    user_change = (
-        "from qlint.remedies.int8_layernorm import rebuild_layer_norms",
-        "graph = rebuild_layer_norms(torch.export.export(model, example_inputs).module())  # before prepare_pt2e",
-    )
+    public = "rebuild_layer_norms"
+    none_found = "the exported model has no layer_norm or rms_norm"
 
-    def sites(self, graph: Any) -> list[str]:
-        return list(dict.fromkeys(site_name(n) for n in norm_nodes(graph) if not_rebuildable(n) is None))
+    def nodes(self, graph: Any) -> list[Any]:
+        return norm_nodes(graph)
 
-    def not_applicable(self, graph: Any) -> str | None:
-        calls = norm_nodes(graph)
-        if not calls:
-            return "the exported model has no layer_norm or rms_norm"
-        reasons = [why for node in calls if (why := not_rebuildable(node)) is not None]
-        return "; ".join(reasons) if len(reasons) == len(calls) else None
+    def why_not(self, graph: Any, node: Any) -> str | None:
+        return not_rebuildable(node)
 
     def on_graph(self, graph: Any) -> Any:
         return rebuild_layer_norms(graph, skip_unsupported=True, skip=self.skip)

@@ -80,10 +80,39 @@ class Remedy:
 
 class SitedRemedy(Remedy):
     """A remedy whose rewrite acts at each site on its own (each LayerNorm, each broadcast), so it
-    can leave some in float: its public rewrite takes `skip=`, which the export line then names."""
+    can leave some in float: its public rewrite (`public`, a function of its module) takes `skip=`,
+    which the export line then names. A subclass says where it acts (`nodes`), why a node cannot be
+    changed (`why_not`) and what to say when the graph has none (`none_found`)."""
+
+    public: ClassVar[str]  # the rewrite's name in the remedy's module, for the export line
+    none_found: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.user_change = (f"from {cls.__module__} import {cls.public}",
+                           f"graph = {cls.public}(torch.export.export(model, example_inputs).module())"
+                           "  # before prepare_pt2e")
 
     def __init__(self, skip: frozenset[str] = frozenset()) -> None:
         self.skip = skip  # sites (`site_name`) left as they are
+
+    def nodes(self, graph: Any) -> list[Any]:
+        """The nodes the rewrite would change, in graph order."""
+        raise NotImplementedError
+
+    def why_not(self, graph: Any, node: Any) -> str | None:
+        """Why `node` cannot be changed, or None when it can."""
+        return None
+
+    def sites(self, graph: Any) -> list[str]:
+        return list(dict.fromkeys(site_name(n) for n in self.nodes(graph) if self.why_not(graph, n) is None))
+
+    def not_applicable(self, graph: Any) -> str | None:
+        found = self.nodes(graph)
+        if not found:
+            return self.none_found
+        reasons = [why for node in found if (why := self.why_not(graph, node)) is not None]
+        return "; ".join(reasons) if len(reasons) == len(found) else None
 
     def leaving(self, sites: frozenset[str]) -> Remedy:
         return type(self)(skip=self.skip | sites)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from qlint.settings.boards import BOARDS, Board
 
@@ -53,8 +54,7 @@ class Growth:
         return f"{self.amount:g}%" if self.percent else f"{self.amount:g}"
 
 
-@dataclass(frozen=True)
-class Limit:
+class Limit(NamedTuple):
     """One resolved limit and the config spot it came from."""
 
     value: float
