@@ -7,7 +7,8 @@ audio front end's `Conv1d` (Whisper's two, a keyword spotter's) stays fp32. A 1-
 are channels_last, which `cortex_m.quantized_conv2d` then runs:
 
     x4 = unsqueeze(x, 2).clone(memory_format=channels_last)   [N, C, 1, L], NHWC in memory
-    y4 = conv2d(x4, weight.unsqueeze(2), bias, [1, s], [0, p], [1, d], groups)
+    y4 = conv2d(x4, weight.unsqueeze(2), bias, [1, s], [0, p], [1, d], groups)   (`padding="same"`
+         with an odd total: the input zero-padded first, `constant_pad_nd`, and p = 0)
     y  = squeeze(y4.clone(memory_format=contiguous_format), 2)
 
 The two clones are int8 copies that change the layout (`_clone_dim_order`), so every view on
@@ -28,11 +29,11 @@ stack.load()
 import torch  # noqa: E402
 from torch.fx import GraphModule, Node  # noqa: E402
 
-from qlint.remedies.remedy import SitedRemedy, call_nodes, node_for, rewrite_each  # noqa: E402
+from qlint.remedies.remedy import SitedRemedy, node_for, rewrite_each  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
 _aten = torch.ops.aten
-_CONV1D = _aten.conv1d.default
+_CONV1D = (_aten.conv1d.default, _aten.conv1d.padding)  # `.padding`: "same" or "valid"
 # conv1d's arguments after input and weight, with their defaults
 _DEFAULTS = (("bias", None), ("stride", [1]), ("padding", [0]), ("dilation", [1]), ("groups", 1))
 
@@ -45,13 +46,32 @@ class Conv1dAsConv2d(SitedRemedy):
     none_found = "the exported model has no 1-D convolution"
 
     def nodes(self, graph: Any) -> list[Any]:
-        return call_nodes(graph, _CONV1D)
+        return conv1d_nodes(graph)
 
     def why_not(self, graph: Any, node: Any) -> str | None:
         return not_rewritable(graph, node)
 
     def on_graph(self, graph: Any) -> Any:
         return conv1d_as_conv2d(graph, skip_unsupported=True, skip=self.skip)
+
+
+def conv1d_nodes(graph: Any) -> list[Node]:
+    """The graph's 1-D convolutions (numeric or string padding), in graph order."""
+    return [n for n in graph.graph.nodes if n.op == "call_function" and n.target in _CONV1D]
+
+
+def _padding(node: Node, weight: torch.Tensor) -> tuple[int, int]:
+    """The zeros the convolution pads on the left and on the right: `"valid"` none, `"same"`
+    `dilation * (kernel - 1)` in all, the odd one on the right (as torch pads it)."""
+    args = _conv_args(node)
+    padding, dilation = args["padding"], args["dilation"]
+    if not isinstance(padding, str):
+        each = int(padding[0] if isinstance(padding, (list, tuple)) else padding)
+        return each, each
+    if padding == "valid":
+        return 0, 0
+    total = int(dilation[0] if isinstance(dilation, (list, tuple)) else dilation) * (weight.shape[-1] - 1)
+    return total // 2, total - total // 2
 
 
 def _conv_args(node: Node) -> dict[str, Any]:
@@ -91,7 +111,7 @@ def conv1d_as_conv2d(graph: GraphModule, *, skip_unsupported: bool = False,
     Raises ValueError naming one that cannot be rewritten, unless `skip_unsupported`, which leaves
     that one as it is. `skip` names (by module path, `site_name`) the ones to leave as they are.
     """
-    return rewrite_each(graph, call_nodes(graph, _CONV1D), lambda node: not_rewritable(graph, node),
+    return rewrite_each(graph, conv1d_nodes(graph), lambda node: not_rewritable(graph, node),
                         lambda node, index: _rewrite(graph, node, f"_qlint_conv1d_{index}_weight"),
                         skip_unsupported=skip_unsupported, skip=skip, verb="rewrite")
 
@@ -109,11 +129,16 @@ def _rewrite(graph: GraphModule, node: Node, weight_name: str) -> None:
         """conv2d's [height, width] for conv1d's one value: `first` over the height of 1."""
         return [first, int(values[0] if isinstance(values, (list, tuple)) else values)]
 
+    left, right = _padding(node, weight)
     with graph.graph.inserting_before(node):
-        rows = add(_aten.unsqueeze.default, (args["input"], 2))
+        x = args["input"]
+        if left != right:  # "same" with an odd total: conv2d pads both sides alike, so pad the input first
+            x = add(_aten.constant_pad_nd.default, (x, [left, right]))
+            left = 0
+        rows = add(_aten.unsqueeze.default, (x, 2))
         nhwc = add(_aten.clone.default, (rows,), {"memory_format": torch.channels_last})
         conv = add(_aten.conv2d.default, (nhwc, add("get_attr", (weight_name,)), args["bias"],
-                                          pair(args["stride"], 1), pair(args["padding"], 0),
+                                          pair(args["stride"], 1), [0, left],
                                           pair(args["dilation"], 1), args["groups"]))
         nchw = add(_aten.clone.default, (conv,), {"memory_format": torch.contiguous_format})
         result = add(_aten.squeeze.dim, (nchw, 2))

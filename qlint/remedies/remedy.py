@@ -164,7 +164,9 @@ def node_for(graph: Any, origin: Any, target: Any, args: tuple[Any, ...], kwargs
     fake_mode = origin.meta["val"].fake_mode
     if target == "get_attr":
         created = graph.graph.get_attr(args[0])
-        created.meta["val"] = fake_mode.from_tensor(getattr(graph, args[0]))
+        # static: export's mode has a shape environment, which would give the new constant symbolic
+        # sizes, and every shape computed from them (a convolution's output length) symbols too
+        created.meta["val"] = fake_mode.from_tensor(getattr(graph, args[0]), static_shapes=True)
     else:
         created = graph.graph.call_function(target, args, kwargs or {})
         with fake_mode:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
 
 from qlint.graph.lint import lint_program
-from qlint.graph.quantize import export_float, quantize
+from qlint.graph.quantize import export_float, quantize, quantize_graph
+from qlint.graph.view import op_name
 from qlint.remedies.conv1d_as_conv2d import Conv1dAsConv2d, conv1d_as_conv2d
 from qlint.remedies.remedy import Build
 from qlint.remedies.search import remediate
@@ -38,14 +40,21 @@ def batch(seed: int, shape: tuple[int, ...] = (1, 8, 32)) -> tuple[torch.Tensor]
     torch.nn.Conv1d(4, 6, 5, stride=2, padding=2, bias=False),
     torch.nn.Conv1d(4, 8, 3, dilation=2, padding=3, groups=2),
     torch.nn.Conv1d(4, 4, 3, padding=1, groups=4),  # depthwise
-], ids=["plain", "strided-no-bias", "dilated-grouped", "depthwise"])
+    torch.nn.Conv1d(4, 6, 3, padding="same"),
+    torch.nn.Conv1d(4, 6, 4, padding="same", dilation=1),  # 3 zeros: one more on the right, padded first
+    torch.nn.Conv1d(4, 6, 3, padding="valid"),
+], ids=["plain", "strided-no-bias", "dilated-grouped", "depthwise", "same", "same-even-kernel", "valid"])
 def test_the_rewrite_computes_what_the_1d_convolution_does(conv: torch.nn.Module) -> None:
     model = torch.nn.Sequential(conv).eval()
     graph = export_float(model, batch(0, (1, 4, 20)))
     expected = [graph(*batch(seed, (1, 4, 20))) for seed in (1, 2)]
     conv1d_as_conv2d(graph)
     targets = [n.target for n in graph.graph.nodes if n.op == "call_function"]
-    assert torch.ops.aten.conv1d.default not in targets and targets.count(torch.ops.aten.conv2d.default) == 1
+    assert not {torch.ops.aten.conv1d.default, torch.ops.aten.conv1d.padding} & set(targets)
+    assert targets.count(torch.ops.aten.conv2d.default) == 1
+    # every recorded shape stays concrete (a symbolic one would reach prepare_pt2e's retrace)
+    assert all(type(d) is int for n in graph.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)
+               for d in n.meta["val"].shape)
     for seed, want in zip((1, 2), expected, strict=True):
         got = graph(*batch(seed, (1, 4, 20)))
         assert got.shape == want.shape and got.is_contiguous()
@@ -88,3 +97,25 @@ def test_the_front_end_becomes_int8_convolutions_and_the_cause_names_the_remedy(
                if n.op == "call_function" and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].dim() > 1}
     moved = {(shape, order) for shape, order in layouts if order != tuple(range(len(shape)))}
     assert moved == {((1, 8, 1, 32), (0, 2, 3, 1)), ((1, 16, 1, 32), (0, 2, 3, 1)), ((1, 16, 1, 16), (0, 2, 3, 1))}
+
+
+def test_executorchs_silero_vad_test_model_runs_its_six_conv1d_as_int8_convolutions() -> None:
+    """ExecuTorch's own Cortex-M test model (`test_silero_vad`), whose docstring says it does not lower
+    for want of LSTM and conv1d support: every conv1d is rewritten, float-equal, and lowers to int8."""
+    from executorch.backends.cortex_m.test.models import test_silero_vad as case
+
+    model, example = case.pt_model.eval(), (case.x, case.state)
+    graph = export_float(model, example)
+    assert Conv1dAsConv2d().sites(graph) == ["stft_conv", "encoder.0", "encoder.1", "encoder.2", "encoder.3",
+                                             "final_conv"]
+    expected = graph(*example)
+    conv1d_as_conv2d(graph)
+    for want, got in zip(expected, graph(*example), strict=True):
+        assert torch.allclose(got, want, rtol=0, atol=1e-5)
+    plain = lint_program(quantize(model, example, [example]), "silero", Config())
+    rewritten = torch.export.export(graph, example, strict=False).module(check_guards=False)
+    remedied = lint_program(quantize_graph(rewritten, example, [example], CortexMQuantizer()), "silero", Config())
+    kernels = sorted(op_name(n) for n in remedied.lowered.graph.nodes if n.op == "call_function" and "conv" in op_name(n))
+    assert kernels == ["cortex_m.quantized_conv2d.default"] * 5 + ["cortex_m.quantized_depthwise_conv2d.default"]
+    assert remedied.stats.fp32_elements < plain.stats.fp32_elements
+    assert remedied.stats.coverage > plain.stats.coverage
