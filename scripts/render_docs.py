@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from qlint.rules.catalog import load_catalog, render_rule  # noqa: E402
-from qlint.settings.boards import BOARDS, board_rows  # noqa: E402
+from qlint.settings.boards import board_rows, builtin_boards  # noqa: E402
 
 README_TABLE = re.compile(r"(<!-- rules:start[^>]*-->\n).*?(<!-- rules:end -->)", re.S)
 BOARD_TABLE = re.compile(r"(<!-- boards:start[^>]*-->\n).*?(<!-- boards:end -->)", re.S)
@@ -45,7 +45,7 @@ def render_readme(readme: str) -> str:
 def render_budgets(page: str) -> str:
     """`page` (docs/budgets.md) with the table between its boards markers rendered from the board table."""
     rows = "\n".join(f"| `{name}` | {cpu} | {sram} | {flash} | {source} |"
-                     for name, cpu, sram, flash, source in board_rows(BOARDS.values()))
+                     for name, cpu, sram, flash, source in board_rows(builtin_boards().values()))
     return BOARD_TABLE.sub(lambda m: f"{m[1]}| board | CPU | SRAM | flash | source |\n|---|---|---|---|---|\n{rows}\n{m[2]}",
                            page)
 

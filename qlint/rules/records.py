@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -203,11 +204,8 @@ class Figures:
            findings: list[Finding]) -> Figures:
         """The figures that need no memory plan: the check's findings by code (`checked`), and the
         fp32 work of the measured program (its `stats` and `findings`)."""
-        counts: dict[str, int] = {}
-        for finding in checked:
-            counts[finding.code] = counts.get(finding.code, 0) + 1
-        return cls(artifact, measured, counts, stats.fp32_islands, stats.fp32_elements, stats.coverage,
-                   fp32=Contributor.islands(findings))
+        return cls(artifact, measured, dict(Counter(f.code for f in checked)), stats.fp32_islands,
+                   stats.fp32_elements, stats.coverage, fp32=Contributor.islands(findings))
 
     def with_memory(self, arena: int, live_peak: int | None, flash: int, method_bytes: int,
                     at_peak: tuple[Contributor, ...], constants: tuple[Contributor, ...]) -> None:

@@ -1,15 +1,15 @@
 """Common Cortex-M boards and SoCs with the SRAM and flash their vendors document: what `budgets:
 {board: NAME}` takes `sram` and `flash` from.
 
-The table is data, `boards.yaml` beside this module; each row cites the vendor page or
-datasheet its figures come from. SRAM is all on-chip SRAM the
-core can address (a program may get less: a linker script, a stack, other firmware); flash is the
-on-chip flash, or the board's external flash where the SoC has none (said in `note`). A team's own
-board goes in `.qlint.yaml` under `boards:`.
+The table is data, `boards.yaml` beside this module; each row cites the vendor page or datasheet
+its figures come from. SRAM is all on-chip SRAM the core can address (a program may get less: a
+linker script, a stack, other firmware); flash is the on-chip flash, or the board's external flash
+where the SoC has none (said in `note`). A team's own board goes in `.qlint.yaml` under `boards:`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
@@ -29,14 +29,13 @@ class Board:
     note: str = ""
 
 
-def _read_table() -> dict[str, Board]:
-    """The table in `boards.yaml` beside this module (data: one entry a board, each with its source)."""
+@functools.cache
+def builtin_boards() -> dict[str, Board]:
+    """The table in `boards.yaml` beside this module (data: one entry a board, each with its source),
+    read when a budget names a board or the table is listed, not on every start."""
     text = resources.files("qlint.settings").joinpath("boards.yaml").read_text(encoding="utf-8")
     return {name: Board(name, row["cpu"], parse_size(row["sram"]), parse_size(row["flash"]), row["source"],
                         row.get("note", "")) for name, row in yaml.safe_load(text).items()}
-
-
-BOARDS: dict[str, Board] = _read_table()
 
 
 def board_rows(boards: Iterable[Board]) -> list[tuple[str, str, str, str, str]]:

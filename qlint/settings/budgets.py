@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from qlint.settings.boards import BOARDS, Board
+from qlint.settings.boards import Board, builtin_boards
 
 SIZE_KEYS = ("sram", "flash")
 COUNT_KEYS = ("fp32_elements", "fp32_islands")
@@ -100,7 +100,7 @@ class Budgets:
         return self.default is not None or bool(self.per_file)
 
     def board(self, name: str) -> Board | None:
-        return self.boards.get(name) or BOARDS.get(name)
+        return self.boards.get(name) or builtin_boards().get(name)
 
     def resolve(self, artifact: str, own: Budget | None = None) -> Resolved:
         """The limits of `artifact` (a path as reports show it, or `target:NAME`): the default, then each

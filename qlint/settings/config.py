@@ -148,6 +148,14 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
+def named_or_found(path: Path | None) -> Config:
+    """The config a command runs with: the file `--config` names (an error when there is none), else
+    `.qlint.yaml` here or in a parent folder, else the defaults: a user who names a file asked for it."""
+    if path is not None and not (path.exists() or path.is_symlink()):
+        raise ConfigError(path, 0, "<file>", "no such config file")
+    return load_config(path if path is not None else find_config(Path.cwd()))
+
+
 def validate_selectors(selectors: tuple[str, ...], where: Callable[[str], ConfigError]) -> None:
     codes = load_catalog()
     for selector in selectors:
@@ -243,9 +251,9 @@ class _Parser:
         changes["budgets"] = replace(changes.get("budgets", Budgets()), boards=boards)
         for node, key, name in self.board_names:
             if changes["budgets"].board(name) is None:
-                from qlint.settings.boards import BOARDS
+                from qlint.settings.boards import builtin_boards
 
-                known = ", ".join(sorted({*BOARDS, *boards}))
+                known = ", ".join(sorted({*builtin_boards(), *boards}))
                 raise self.error(node, key, f"unknown board {name!r} (known: {known}; a board of your own goes "
                                             "under `boards:`)")
         return replace(config, **changes)

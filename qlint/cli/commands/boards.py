@@ -13,17 +13,15 @@ from qlint.io.reads import printable
 def cmd_boards(config_path: Path | None) -> int:
     from tabulate import tabulate
 
-    from qlint.settings.boards import BOARDS, board_rows
-    from qlint.settings.config import ConfigError, find_config, load_config
+    from qlint.settings.boards import board_rows, builtin_boards
+    from qlint.settings.config import ConfigError, named_or_found
 
     try:
-        if config_path is not None and not config_path.exists():
-            raise ConfigError(config_path, 0, "<file>", "no such config file")
-        config = load_config(config_path or find_config(Path.cwd()))
+        config = named_or_found(config_path)
     except ConfigError as exc:
         say(f"qlint: config error: {printable(str(exc))}")
         return EXIT_ERROR
     own = config.budgets.boards
-    rows = board_rows([*own.values(), *(b for name, b in BOARDS.items() if name not in own)])
+    rows = board_rows([*own.values(), *(b for name, b in builtin_boards().items() if name not in own)])
     table = tabulate(rows, headers=["board", "cpu", "sram", "flash", "source"], tablefmt="simple")
     return EXIT_OK if emit(table) else EXIT_ERROR

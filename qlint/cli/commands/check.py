@@ -83,18 +83,12 @@ def _option_error(args: argparse.Namespace) -> str | None:
 
 
 def _config(args: argparse.Namespace) -> Config | None:
-    """The config the run uses, with the command line's overrides; None after a `config error` line.
-
-    A `--config` that names no file is an error, where a `.qlint.yaml` that is not found upward
-    means the defaults: the user asked for that file.
-    """
-    from qlint.settings.config import ConfigError, find_config, load_config
+    """The config the run uses (`named_or_found`), with the command line's overrides; None after a
+    `config error` line."""
+    from qlint.settings.config import ConfigError, named_or_found
 
     try:
-        config_path = args.config if args.config else find_config(Path.cwd())
-        if args.config and not (args.config.exists() or args.config.is_symlink()):
-            raise ConfigError(args.config, 0, "<file>", "no such config file")
-        config = load_config(config_path)
+        config = named_or_found(args.config)
         return config.with_overrides(target_cpu=args.target_cpu, select=args.select, ignore=args.ignore)
     except ConfigError as exc:
         say(f"qlint: config error: {printable(str(exc))}")
