@@ -24,7 +24,7 @@ stack.load()
 import torch  # noqa: E402
 from torch.fx import GraphModule, Node  # noqa: E402
 
-from qlint.remedies.remedy import SitedRemedy, site_name  # noqa: E402
+from qlint.remedies.remedy import SitedRemedy, node_for, rewrite_each  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
 _aten = torch.ops.aten
@@ -90,23 +90,14 @@ def expand_broadcasts(graph: GraphModule, *, skip: Collection[str] = ()) -> Grap
     For an export script: call it on `torch.export.export(...).module()` before `prepare_pt2e`.
     `skip` names (by module path, `site_name`) the ops to leave as they are.
     """
-    for node in broadcast_nodes(graph):
-        if site_name(node) in skip:
-            continue
-        out = node.meta["val"]
-        args = list(node.args)
-        for index in _to_expand(node):
-            operand = args[index]
-            assert isinstance(operand, Node)  # `_to_expand` names only operands with a recorded tensor
-            with graph.graph.inserting_before(node):
-                expanded = graph.graph.call_function(_aten.expand.default, (operand, list(out.shape)))
-            with out.fake_mode:
-                expanded.meta["val"] = operand.meta["val"].expand(out.shape)
-            for key in ("stack_trace", "nn_module_stack"):
-                if key in node.meta:
-                    expanded.meta[key] = node.meta[key]
-            args[index] = expanded
-        node.args = tuple(args)
-    graph.graph.lint()
-    graph.recompile()
-    return graph
+    return rewrite_each(graph, broadcast_nodes(graph), lambda node: None, lambda node, _: _expand(graph, node),
+                        skip_unsupported=False, skip=skip, verb="expand")
+
+
+def _expand(graph: GraphModule, node: Node) -> None:
+    shape = list(node.meta["val"].shape)
+    args = list(node.args)
+    for index in _to_expand(node):
+        with graph.graph.inserting_before(node):
+            args[index] = node_for(graph, node, _aten.expand.default, (args[index], shape))
+    node.args = tuple(args)
