@@ -300,6 +300,50 @@ def test_action_check_step(pt2_dir: Callable[[str], Path], tmp_path: Path, fail_
     assert summary.startswith("## qlint") and "| models/attention.pt2 |" in summary
 
 
+@pytest.mark.parametrize(("args", "model", "planted"), [
+    ("--static *.pt2", "attention.pt2", "--baseline=.b.pt2"),   # an empty file named like an option
+    ("--static */*.pt2", "models/attention.pt2", "--baseline=.b/x.pt2"),  # a folder named like one
+])
+def test_action_args_never_turn_a_pull_requests_file_into_an_option(tmp_path: Path, args: str, model: str,
+                                                                    planted: str) -> None:
+    """A pull request that adds a file named `--baseline=...` and a baseline accepting every finding
+    cannot make the check step pass: the glob in `args` matches it, and it stays a path."""
+    workspace = tmp_path / "workspace"
+    (workspace / model).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "examples" / "attention.pt2", workspace / model)
+    (workspace / planted).parent.mkdir(parents=True, exist_ok=True)
+    (workspace / planted).touch()
+    baseline = workspace / planted.split("=", 1)[1]
+    baseline.parent.mkdir(exist_ok=True)
+    written = subprocess.run([sys.executable, "-m", "qlint", "check", "--static", model, "--write-baseline",
+                              str(baseline)], cwd=workspace, capture_output=True, text=True, check=False)
+    assert written.returncode == 0 and json.loads(baseline.read_text()), written.stderr
+    step = next(s for s in load_action()["runs"]["steps"] if s["id"] == "check")
+    inputs = {"args": args, "fail-on": "error", "sarif": "qlint.sarif"}
+    result, outputs, _ = run_step(step, inputs, workspace, tmp_path)
+    assert result.returncode == 2 and outputs["exit-code"] == "2", result.stderr
+    assert f"qlint: error: {planted}: not a .pt2 archive" in result.stderr  # read as the path it is
+    assert "::error file=examples/models.py,line=30,title=QL001" in result.stdout.replace(str(ROOT) + "/", "")
+
+
+def test_action_refuses_a_sarif_path_that_would_add_outputs(tmp_path: Path) -> None:
+    step = next(s for s in load_action()["runs"]["steps"] if s["id"] == "check")
+    (tmp_path / "workspace").mkdir()
+    inputs = {"args": "--static .", "fail-on": "error", "sarif": "q.sarif\nexit-code=0"}
+    result, outputs, _ = run_step(step, inputs, tmp_path / "workspace", tmp_path)
+    assert result.returncode == 2 and outputs == {"exit-code": "2"}
+    assert result.stdout.strip() == "::error title=qlint::the sarif input holds a line break"
+
+
+@pytest.mark.parametrize("base", ["--upload-pack=touch x", "main\n::error::forged"])
+def test_action_refuses_a_compare_base_that_is_no_commit_name(tmp_path: Path, base: str) -> None:
+    step = next(s for s in load_action()["runs"]["steps"] if s["id"] == "base")
+    (tmp_path / "workspace").mkdir()
+    result, outputs, _ = run_step(step, {"args": ".", "compare-base": base}, tmp_path / "workspace", tmp_path)
+    assert result.returncode == 2 and outputs == {}
+    assert result.stdout.strip().startswith("::error title=qlint::compare-base is not a commit name")
+
+
 def test_the_action_compares_a_pull_request_with_its_base_commit(
         repo: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     """Two commits: the second drops channels_last from a keyword spotter. The base step measures the

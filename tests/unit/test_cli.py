@@ -3,6 +3,7 @@ importing torch, and a usage error is one line and a hint."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -87,3 +88,17 @@ def test_bad_shard_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as raised:
         run_cli(["check", "--shard", "4/3", "."], capsys)
     assert raised.value.code == 2
+
+
+@pytest.mark.parametrize("prefix", [["check"], []])
+def test_every_argument_after_a_double_dash_is_a_path(prefix: list[str], tmp_path: Path) -> None:
+    """Folders named like options (a glob in CI may pass them) are paths after `--`, options and
+    command names alike: the island in `--exit-zero` fails the run, `rules` is a folder."""
+    for name in ("--exit-zero", "--baseline=b.json", "rules"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.pt2").write_bytes((ROOT / "examples" / "attention.pt2").read_bytes())
+    result = qlint([*prefix, "--static", "--output-format", "json", "--", "--exit-zero", "--baseline=b.json", "rules"],
+                   tmp_path)
+    assert result.returncode == 1, result.stderr
+    artifacts = [a["artifact"] for a in json.loads(result.stdout)["artifacts"]]
+    assert artifacts == ["--exit-zero/a.pt2", "--baseline=b.json/a.pt2", "rules/a.pt2"]
