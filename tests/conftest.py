@@ -228,6 +228,20 @@ def sam_pt2(pt2_dir: Callable[[str], Path]) -> Path:
     return pt2_dir("make_two_way_transformer")
 
 
+def cache_entry(entry: Path) -> Any:
+    """What a result cache entry says (its JSON, after the signature line)."""
+    return json.loads(entry.read_bytes().partition(b"\n")[2])
+
+
+def rewrite_cache_entry(entry: Path, data: Any) -> None:
+    """Replace an entry's contents and sign them with its folder's key, as qlint would have: what
+    is read back is then decided by the contents alone."""
+    from qlint.run.cache import KEY_FILE, seal
+
+    folder = entry.parent.parent
+    entry.write_bytes(seal((folder / KEY_FILE).read_bytes(), entry.stem, json.dumps(data).encode()))
+
+
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     from qlint.cli.main import main
 

@@ -23,7 +23,7 @@ class NotAFile(OSError):
     """An output path that holds a device, FIFO, socket or symlink: it is left as it is."""
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write to a temp file in the same folder, fsync, then rename over the target.
 
     A reader (or a killed writer) sees the old file or the new one, never a
@@ -31,7 +31,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     files that killed writers left in the folder are removed by the next write.
     The target must be a regular file or absent (`ensure_replaceable`): a rename
     would replace `/dev/null`, a FIFO or a symlink itself. Ctrl-C during the write
-    takes effect once the target is whole or untouched.
+    takes effect once the target is whole or untouched. `mode`: the file's permissions (a secret: 0o600).
     """
     path = Path(path)
     folder = path.parent or Path(".")
@@ -44,7 +44,7 @@ def write_atomic(path: Path, data: bytes) -> None:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, mode)
             ensure_replaceable(path)  # again: the write may have taken a while
             os.replace(tmp, path)
         except BaseException:

@@ -7,14 +7,25 @@ the versions of qlint, torch, torchao and executorch (read from package
 metadata, not by importing them).
 Entries are JSON; anything that does not parse into findings is ignored and
 rewritten, never trusted.
+
+A cache folder can sit in a checkout (`--cache-dir .qlint_cache`, or a HOME inside it), where a
+pull request can add files. So an entry is read only when it is signed with the folder's key
+(HMAC-SHA256 over its name and contents: an entry altered, or moved to another artifact's name,
+after qlint wrote it is no answer), the key is one qlint made (a regular file of this user's,
+readable by nobody else: a checkout writes 0644 files), and no file of the folder is tracked by
+the git repository around it. A folder `actions/cache` restored keeps its key and its answers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import json
 import os
+import secrets
+import stat
+import subprocess
 import sys
 import typing
 from functools import lru_cache
@@ -41,8 +52,11 @@ from qlint.rules.records import (
 from qlint.settings.config import CONFIG_MAX_BYTES, Config, Target
 from qlint.settings.options import RunOptions
 
-SCHEMA = 2
+SCHEMA = 3
 ENTRY_MAX_BYTES = 16 << 20
+KEY_FILE = "signing-key"
+KEY_BYTES = 32
+MAGIC = b"qlint-cache "  # then the entry's signature in hex, a newline and its JSON
 STACK = ("torch", "torchao", "executorch", "tosa-tools")
 
 
@@ -92,6 +106,64 @@ def _config_fingerprint(config: Config) -> str:
     return text
 
 
+def tracked_by_git(directory: Path) -> str | None:
+    """Why `directory` cannot be trusted as a cache: it holds files the git repository around it
+    tracks (a pull request can commit them), or git cannot say; None when it lies in no work tree
+    or git tracks none of its files."""
+    try:
+        folder = directory.resolve()
+    except (OSError, RuntimeError):
+        return "its path cannot be resolved"
+    tree = next((d for d in (folder, *folder.parents) if (d / ".git").exists()), None)
+    if tree is None:
+        return None
+    try:
+        listed = subprocess.run(["git", "-C", str(tree), "ls-files", "-z", "--", str(folder)],
+                                capture_output=True, timeout=30, check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return "it lies in a git work tree, and git cannot say which of its files the repository tracks"
+    if listed.returncode != 0:
+        return "it lies in a git work tree, and git cannot say which of its files the repository tracks"
+    tracked = [name for name in listed.stdout.split(b"\0") if name]
+    if tracked:
+        return f"the repository tracks {len(tracked)} of its files, so a commit could answer for any artifact"
+    return None
+
+
+def seal(secret: bytes, key: str, body: bytes) -> bytes:
+    """An entry file: `body` signed for the entry `key` with the folder's secret."""
+    mac = hmac.new(secret, key.encode() + b"\0" + body, hashlib.sha256).hexdigest()
+    return MAGIC + mac.encode() + b"\n" + body
+
+
+def unseal(secret: bytes, key: str, data: bytes) -> bytes | None:
+    """The body of an entry file that `seal` wrote for `key` with this secret, else None."""
+    head, _, body = data.partition(b"\n")
+    if not head.startswith(MAGIC):
+        return None
+    expected = seal(secret, key, body).partition(b"\n")[0]
+    return body if hmac.compare_digest(head, expected) else None
+
+
+def _secret(path: Path) -> bytes | None:
+    """The signing key at `path` if qlint could have made it: a regular file (not a link) of this
+    user's, that no one else may read, of the right length."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o077 or info.st_uid != os.geteuid():
+            return None
+        data = os.read(fd, KEY_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) == KEY_BYTES else None
+
+
 class Cache:
     def __init__(self, directory: Path, config: Config, options: RunOptions) -> None:
         self.directory = directory
@@ -100,6 +172,19 @@ class Cache:
              "options": options.cache_key()},
             sort_keys=True, default=str,
         )
+        self.untrusted = tracked_by_git(directory) if directory.exists() else None
+        self._key: bytes | None = None
+
+    def secret(self, create: bool = False) -> bytes | None:
+        """The folder's signing key; with `create`, one is made when there is none qlint could have
+        made (a key a checkout wrote is replaced, and the entries signed with it stop answering)."""
+        if self._key is None:
+            self._key = _secret(self.directory / KEY_FILE)
+        if self._key is None and create:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.directory / KEY_FILE, secrets.token_bytes(KEY_BYTES), mode=0o600)
+            self._key = _secret(self.directory / KEY_FILE)
+        return self._key
 
     def key(self, data: bytes, artifact: str) -> str:
         """The entry for these artifact bytes: the same bytes that are checked on a miss."""
@@ -129,23 +214,30 @@ class Cache:
         return self.directory / key[:2] / f"{key}.json"
 
     def get(self, key: str, artifact: str) -> Report | None:
-        """The cached report of `artifact`, or None when missing or not exactly what `put` writes."""
+        """The cached report of `artifact`, or None when missing, not signed with this folder's key,
+        or not exactly what `put` writes."""
+        secret = self.secret() if self.untrusted is None else None
+        if secret is None:
+            return None
         try:
-            data = json.loads(read_input(self._file(key), ENTRY_MAX_BYTES, "cache entry"))
-            return _report(data, artifact)
+            body = unseal(secret, key, read_input(self._file(key), ENTRY_MAX_BYTES, "cache entry"))
+            return _report(json.loads(body), artifact) if body is not None else None
         except (ReadError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return None  # missing, corrupt or tampered with: recompute and rewrite
 
     def put(self, key: str, report: Report) -> None:
-        if report.errors:
-            return  # input errors are re-reported every run
+        if report.errors or self.untrusted is not None:
+            return  # input errors are re-reported every run; an untrusted folder is left alone
         data = {"schema": SCHEMA, "findings": [f.to_dict() for f in report.findings],
                 "stats": [s.to_dict() for s in report.stats], "memory": [m.to_dict() for m in report.memory],
                 "figures": [dataclasses.asdict(f) for f in report.figures]}
         target = self._file(key)
         try:
+            secret = self.secret(create=True)
+            if secret is None:
+                return
             target.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(target, json.dumps(data).encode())
+            write_atomic(target, seal(secret, key, json.dumps(data).encode()))
         except OSError:
             pass  # a read-only cache only costs speed
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import KWS, run_cli
+from conftest import KWS, cache_entry, run_cli
 
 
 def project(tmp_path: Path, config: str) -> Path:
@@ -74,7 +74,7 @@ def test_an_sram_budget_below_the_arena_fails_naming_the_tensors_at_the_peak(
 
     # Answered from the result cache the second time: the same figures, the same QL009.
     [entry] = (tmp_path / "cache").rglob("*.json")
-    assert json.loads(entry.read_text())["figures"][0]["sram_bytes"] == 76776
+    assert cache_entry(entry)["figures"][0]["sram_bytes"] == 76776
     assert check(config, capsys, *cache) == (code, found)
 
     # At the figures (SRAM and flash both), within budget: no finding.

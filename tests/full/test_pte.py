@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, run_json
+from conftest import cache_entry, rewrite_cache_entry, run_cli, run_json
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +77,12 @@ def test_a_tampered_memory_plan_in_the_cache_is_recomputed(
     args = ["check", "--cache-dir", str(tmp_path), str(attention_pte), "--output-format", "json"]
     honest_out = run_cli(args, capsys)[1]
     [entry] = list(tmp_path.rglob("*.json"))
-    honest = json.loads(entry.read_text())
-    tampered = json.loads(entry.read_text())
+    honest = cache_entry(entry)
+    tampered = cache_entry(entry)
     MEMORY_TAMPERED[tamper](tampered["memory"][0])
-    entry.write_text(json.dumps(tampered))
+    rewrite_cache_entry(entry, tampered)  # signed: its fields alone decide
     assert json.loads(run_cli(args, capsys)[1]) == json.loads(honest_out)
-    assert json.loads(entry.read_text()) == honest  # rewritten
+    assert cache_entry(entry) == honest  # rewritten
 
 
 @pytest.mark.parametrize("name", ["make_levit_attention", "make_levit_attention_trained", "make_causal_attention"])

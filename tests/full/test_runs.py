@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, cache_entry, rewrite_cache_entry, run_cli
 
 pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
 
@@ -41,9 +41,9 @@ def forge(cache: Path) -> None:
     """Every entry of `cache` made to say "forged" in its first finding's message: still a valid
     entry, so a run that reads one shows it, and a run that shows none computed its own."""
     for entry in cache.rglob("*.json"):
-        data = json.loads(entry.read_text())
+        data = cache_entry(entry)
         data["findings"][0]["message"] += " (forged)"
-        entry.write_text(json.dumps(data))
+        rewrite_cache_entry(entry, data)
 
 
 def test_cache_answers_without_torch_and_config_changes_invalidate(

@@ -146,6 +146,8 @@ def _run_engine(args: argparse.Namespace, config: Config, options: RunOptions, p
         from qlint.run.cache import Cache, default_dir
 
         cache = Cache(args.cache_dir or default_dir(), config, options)
+        if cache.untrusted is not None:
+            say(f"qlint: warning: the result cache {printable(str(cache.directory))} is not used: {cache.untrusted}")
     if args.static:
         _say_static_scope()
     return engine.run(
