@@ -8,7 +8,6 @@ file. Nothing here lowers or serializes: the budget check costs no lowering.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from qlint.io.reads import ReadError, printable, read_json
 from qlint.rules.records import Contributor, Delta, Figures, Finding, Report
 from qlint.settings.budgets import Growth, Resolved
 from qlint.settings.config import Config
-from qlint.settings.sizes import show_size
+from qlint.settings.sizes import MAX_AMOUNT, show_size
 
 CODE = "QL009"
 METRICS_SCHEMA = 1
@@ -177,12 +176,25 @@ def read_metrics(path: Path) -> dict[str, dict[str, Any]]:
         if not isinstance(figures, dict):
             raise MetricsError(f"{path}: {printable(name)[:80]}: not a mapping of figures")
         for key in Figures.METRICS:
-            value = figures.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or value < 0):
-                shown = printable(repr(value))[:40]
-                raise MetricsError(f"{path}: {printable(name)[:80]}: {key} is not a number: {shown}")
+            problem = _metric_problem(key, figures.get(key))
+            if problem is not None:
+                shown = printable(repr(figures.get(key)))[:40]
+                raise MetricsError(f"{path}: {printable(name)[:80]}: {key} is not {problem}: {shown}")
     return artifacts
+
+
+def _metric_problem(key: str, value: Any) -> str | None:
+    """What a figure of a metrics file should be, when it is not: bytes and counts are whole numbers
+    up to `MAX_AMOUNT` (compared exactly as floats), coverage a share from 0 to 1."""
+    if value is None:
+        return None
+    if key == "coverage":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            return "a share from 0 to 1"
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_AMOUNT:
+        return "a whole number from 0 to 2**53"
+    return None
 
 
 def deltas(report: Report, base: dict[str, dict[str, Any]]) -> list[Delta]:

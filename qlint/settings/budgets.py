@@ -21,22 +21,28 @@ SIZE_KEYS = ("sram", "flash")
 COUNT_KEYS = ("fp32_elements", "fp32_islands")
 LIMIT_KEYS = (*SIZE_KEYS, *COUNT_KEYS, "coverage")
 GROWTH_KEYS = (*SIZE_KEYS, *COUNT_KEYS, "coverage")
-_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+# A share or a growth: plain ASCII decimals, as sizes and counts are (`qlint.settings.sizes`).
+_DECIMAL = r"([0-9]{1,12}(?:\.[0-9]{1,12})?)"
+_SHARE = re.compile(rf"^\s*{_DECIMAL}\s*(%?)\s*$", re.ASCII)
 
 
-def parse_percent(text: str | float | int) -> float:
+def parse_percent(text: str) -> float:
     """A fraction from `90%` or `0.9`."""
-    match = _PERCENT.match(str(text))
-    if match is not None:
-        value = float(match.group(1)) / 100
-    else:
-        try:
-            value = float(text)
-        except ValueError:
-            raise ValueError(f"{str(text)[:40]!r} is not a share: write 90% or 0.9") from None
+    match = _SHARE.match(text)
+    if match is None:
+        raise ValueError(f"{text[:40]!r} is not a share: write 90% or 0.9")
+    value = float(match.group(1)) / (100 if match.group(2) else 1)
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"a share must be between 0 and 1 (0% and 100%), got {value:g}")
     return value
+
+
+def parse_percentage(text: str) -> float:
+    """The number of `5%` (or of `5`, as coverage's growth in percentage points gives it), below 1e9."""
+    match = _SHARE.match(text)
+    if match is None or float(match.group(1)) >= 1e9:
+        raise ValueError(f"expected a growth like 5% or 0, got {text[:40]!r}")
+    return float(match.group(1))
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ from qlint.settings.budgets import (
     Budgets,
     Growth,
     parse_percent,
+    parse_percentage,
 )
-from qlint.settings.sizes import parse_size
+from qlint.settings.sizes import parse_count, parse_size
 
 CONFIG_NAME = ".qlint.yaml"
 CONFIG_MAX_BYTES = 1 << 20
@@ -344,11 +345,9 @@ class _Parser:
                 return parse_size(text)
             if name == "coverage":
                 return parse_percent(text)
-            if not text.strip().isdigit():
-                raise ValueError(f"expected a whole number of {name.replace('_', ' ')}, got {printable(text)[:40]!r}")
-            return int(text)
+            return parse_count(text, name.replace("_", " "))
         except ValueError as exc:
-            raise self.error(node, key, str(exc)) from None
+            raise self.error(node, key, printable(str(exc))) from None
 
     def growth(self, node: yaml.Node, key: str) -> dict[str, Growth]:
         """`{sram: 5%, fp32_islands: 0}`: a share of the base's figure, or an amount in its unit."""
@@ -360,11 +359,9 @@ class _Parser:
             text = self.scalar(value, full, str).strip()
             if name == "coverage" or text.endswith("%"):  # coverage: a drop in percentage points
                 try:
-                    amount = float(text.removesuffix("%"))
-                except ValueError:
-                    amount = -1.0
-                if not 0 <= amount < 1e9:
-                    raise self.error(value, full, f"expected a growth like 5% or 0, got {printable(text)[:40]!r}")
+                    amount = parse_percentage(text)
+                except ValueError as exc:
+                    raise self.error(value, full, printable(str(exc))) from None
                 limits[name] = Growth(amount / 100, False) if name == "coverage" else Growth(amount, True)
             else:
                 limits[name] = Growth(self.size_or_count(value, full, name), False)

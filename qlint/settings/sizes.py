@@ -6,28 +6,46 @@ Binary units only: vendors use `KB` and `MB` for both 1000 and 1024, so the conf
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 KIB = 1024
 MIB = 1024 * KIB
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB)?\s*$")
+# The largest size or count a config or metrics file may give: budgets and figures are compared as
+# floats, which hold every whole number up to 2**53 (8 PiB, far past any device) and no further.
+MAX_AMOUNT = 1 << 53
+# ASCII digits only, for sizes and counts alike (`\d` would take `１２`, Python's int() too).
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]{1,20})?)\s*(B|KiB|MiB|GiB)?\s*$", re.ASCII)
+_COUNT = re.compile(r"^\s*([0-9]+)\s*$", re.ASCII)
 _UNITS = {None: 1, "B": 1, "KiB": KIB, "MiB": MIB, "GiB": 1024 * MIB}
 
 
-def parse_size(text: str | int) -> int:
+def _bounded(digits: str, scale: int, text: str, what: str) -> int:
+    """`digits` times `scale`, exactly, when it is a whole number no larger than `MAX_AMOUNT`."""
+    whole = digits.partition(".")[0]
+    amount = Fraction(digits) * scale if len(whole) <= 20 else Fraction(MAX_AMOUNT + 1)  # 20 digits: past 2**53
+    if amount.denominator != 1:
+        raise ValueError(f"{text[:40]!r} is not a whole number of {what}")
+    if amount > MAX_AMOUNT:
+        raise ValueError(f"{text[:40]!r} is over the largest amount qlint compares exactly, 2**53 {what}")
+    return int(amount)
+
+
+def parse_size(text: str) -> int:
     """Bytes from `65536`, `64KiB`, `1.5 MiB` or `512B`. Raises ValueError naming what is accepted:
     `KB`/`MB` are refused, because vendors use them for both 1000 and 1024."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        if text < 0:
-            raise ValueError(f"a size cannot be negative: {text}")
-        return text
-    match = _SIZE.match(str(text))
+    match = _SIZE.match(text)
     if match is None:
-        raise ValueError(f"{str(text)[:40]!r} is not a size: write bytes, or a number with B, KiB, MiB or GiB "
+        raise ValueError(f"{text[:40]!r} is not a size: write bytes, or a number with B, KiB, MiB or GiB "
                          "(KB and MB are ambiguous)")
-    value = float(match.group(1)) * _UNITS[match.group(2)]
-    if value != int(value):
-        raise ValueError(f"{text!r} is not a whole number of bytes")
-    return int(value)
+    return _bounded(match.group(1), _UNITS[match.group(2)], text, "bytes")
+
+
+def parse_count(text: str, what: str) -> int:
+    """A whole number of `what` (`fp32 elements`), in ASCII digits, at most `MAX_AMOUNT`."""
+    match = _COUNT.match(text)
+    if match is None:
+        raise ValueError(f"expected a whole number of {what}, got {text[:40]!r}")
+    return _bounded(match.group(1), 1, text, what)
 
 
 def show_size(size: int) -> str:

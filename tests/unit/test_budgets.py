@@ -43,6 +43,15 @@ def test_sizes_print_exactly() -> None:
     ("budgets:\n  growth: {arena: 5%}\n", 2, "budgets.growth.arena", "unknown key (known: sram, flash"),
     ("boards:\n  mine: {sram: 1KiB}\n", 2, "boards.mine", "a board needs flash"),
     ("targets:\n  - {factory: m:f, budgets: {sram: x}}\n", 2, "targets.budgets.sram", "'x' is not a size"),
+    # Numbers no float holds, and digits that are not ASCII, are one line too (not a crash after the check).
+    (f"budgets:\n  sram: {'9' * 400}\n", 2, "budgets.sram", f"'{'9' * 40}' is over the largest amount"),
+    (f"boards:\n  mine: {{sram: 1{'0' * 320} KiB, flash: 1MiB}}\n", 2, "boards.mine.sram", "'1000"),
+    (f"budgets:\n  growth: {{fp32_islands: {'9' * 400}}}\n", 2, "budgets.growth.fp32_islands",
+     f"'{'9' * 40}' is over the largest amount qlint compares exactly, 2**53 fp32 islands"),
+    (f"budgets:\n  growth: {{sram: {'9' * 400}%}}\n", 2, "budgets.growth.sram", "expected a growth like 5% or 0"),
+    ("budgets:\n  flash: １２KiB\n", 2, "budgets.flash", "'１２KiB' is not a size"),
+    ("budgets:\n  fp32_elements: １２\n", 2, "budgets.fp32_elements", "expected a whole number of fp32 elements"),
+    ("budgets:\n  coverage: ０.９\n", 2, "budgets.coverage", "'０.９' is not a share"),
 ])
 def test_budget_mistakes_are_one_line_naming_file_line_and_key(tmp_path: Path, text: str, line: int, key: str,
                                                                message: str) -> None:
@@ -163,8 +172,13 @@ def test_growth_limits_and_the_delta_table_against_a_base_run(tmp_path: Path) ->
 @pytest.mark.parametrize(("body", "message"), [
     ("[1, 2]", "not a qlint metrics file of schema 1"),
     ('{"schema": 1, "artifacts": []}', "`artifacts` is not a mapping"),
-    ('{"schema": 1, "artifacts": {"a": {"sram_bytes": -5}}}', "a: sram_bytes is not a number: -5"),
-    ('{"schema": 1, "artifacts": {"a": {"coverage": true}}}', "a: coverage is not a number: True"),
+    ('{"schema": 1, "artifacts": {"a": {"sram_bytes": -5}}}', "a: sram_bytes is not a whole number from 0 to 2**53: -5"),
+    ('{"schema": 1, "artifacts": {"a": {"coverage": true}}}', "a: coverage is not a share from 0 to 1: True"),
+    (f'{{"schema": 1, "artifacts": {{"a": {{"fp32_elements": {"9" * 400}}}}}}}',
+     "a: fp32_elements is not a whole number from 0 to 2**53: 9999"),
+    ('{"schema": 1, "artifacts": {"a": {"coverage": 1e308}}}', "a: coverage is not a share from 0 to 1: 1e+308"),
+    ('{"schema": 1, "artifacts": {"a": {"sram_bytes": 0.5}}}', "a: sram_bytes is not a whole number from 0 to 2**53"),
+    ('{"schema": 1, "artifacts": {"a": {"coverage": NaN}}}', "a: coverage is not a share from 0 to 1: nan"),
     ("{", "not a qlint metrics file (JSONDecodeError)"),
 ])
 def test_a_bad_metrics_file_is_one_line(tmp_path: Path, body: str, message: str) -> None:
