@@ -67,6 +67,17 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def not_a_command(line: str) -> str:
+    """`line` as a CI log shows it, never read as a workflow command: GitHub's runner takes a line
+    that starts with `::` (after leading spaces) for one, so that line's first colon is written
+    `\\x3a`, as `printable` writes what it escapes. `line` must be one line (`printable` first)."""
+    stripped = line.lstrip()
+    if not stripped.startswith("::"):
+        return line
+    indent = len(line) - len(stripped)
+    return f"{line[:indent]}\\x3a{line[indent + 1:]}"
+
+
 def shown_path(path: Path, root: Path, *, resolve: bool = False) -> str | None:
     """`path` relative to `root` in posix form, or None when it lies outside.
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from qlint import __version__
 from qlint.io.reads import ReadError, printable, read_json
+from qlint.report.escape import markdown_code, markdown_text
 from qlint.rules.records import Contributor, Delta, Figures, Finding, Report
 from qlint.settings.budgets import Growth, Resolved
 from qlint.settings.config import Config
@@ -243,19 +244,21 @@ def delta_rows(found: list[Delta]) -> list[list[str]]:
     return rows
 
 
-def delta_text(found: list[Delta], base: str) -> str:
+def delta_lines(found: list[Delta], base: str) -> list[str]:
+    """The comparison as text, a line each (names are escaped by the caller, line by line)."""
     rows = delta_rows(found)
     if not rows:
-        return f"compared with {base}: no figure changed"
+        return [f"compared with {base}: no figure changed"]
     lines = [f"compared with {base}:"]
     lines += [f"  {r[0]}: {r[1]}" + (f" {r[2]} -> {r[3]} ({r[4]})" if r[2] or r[3] else "") for r in rows]
-    return "\n".join(lines)
+    return lines
 
 
 def delta_markdown(found: list[Delta], base: str) -> str:
     rows = delta_rows(found)
     if not rows:
-        return f"No figure changed against `{base}`."
-    lines = [f"Compared with `{base}`:", "", "| artifact | figure | before | after | change |", "|---|---|---|---|---|"]
-    lines += ["| " + " | ".join(printable(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+        return f"No figure changed against {markdown_code(base)}."
+    lines = [f"Compared with {markdown_code(base)}:", "", "| artifact | figure | before | after | change |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {markdown_text(row[0])} | " + " | ".join(row[1:]) + " |" for row in rows]  # the name is an input's
     return "\n".join(lines)

@@ -10,7 +10,8 @@ from typing import Any
 from tabulate import tabulate
 
 from qlint import __version__
-from qlint.io.reads import printable
+from qlint.io.reads import not_a_command, printable
+from qlint.report.escape import github_value, markdown_code, markdown_fence, markdown_link, markdown_text
 from qlint.rules.catalog import load_catalog
 from qlint.rules.records import (
     Finding,
@@ -100,9 +101,9 @@ def text(report: Report, *, quiet: bool = False) -> str:
         lines.extend(fix_lines(summary))
     lines.extend(memory_line(plan) for plan in report.memory)
     if report.compared is not None:
-        from qlint.report.budgets import delta_text
+        from qlint.report.budgets import delta_lines
 
-        lines.extend(delta_text(report.deltas, report.compared).splitlines())
+        lines.extend(delta_lines(report.deltas, report.compared))
     lines = [printable(line) for line in lines]  # names and messages come from artifacts
     if not quiet and report.stats:
         lines.append("")
@@ -110,7 +111,8 @@ def text(report: Report, *, quiet: bool = False) -> str:
     if not quiet:
         lines.append("")
         lines.append(totals(report))
-    return "\n".join(lines)
+    # One line each now; none may read as a workflow command in a CI log (an artifact named `::error`).
+    return "\n".join(not_a_command(line) for line in "\n".join(lines).split("\n"))
 
 
 def memory_line(plan: PlanMemory) -> str:
@@ -202,10 +204,11 @@ def remedy_lines(remedied: RemedyReport) -> list[str]:
     return lines
 
 
-def summary_table(report: Report, fmt: str = "simple") -> str:
+def summary_table(report: Report, fmt: str = "simple", name: Callable[[str], str] = printable) -> str:
+    """The artifacts in a table (`name`: how an artifact's name is escaped for the format)."""
     rows = [
         [
-            printable(s.artifact),
+            name(s.artifact),
             s.nodes,
             "-" if s.static else s.int_kernels,
             s.fp32_islands,
@@ -275,25 +278,18 @@ def _figures_and_compare(report: Report) -> dict[str, Any]:
     return found
 
 
-def _gh_escape(value: str, prop: bool = False) -> str:
-    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    if prop:
-        value = value.replace(":", "%3A").replace(",", "%2C")
-    return value
-
-
 def github(report: Report) -> str:
     """GitHub workflow commands: one annotation per finding, on the model source line."""
     catalog = load_catalog()
     lines = []
     for f in report.findings:
-        props = [f"file={_gh_escape(f.location.path if f.location else f.artifact, True)}"]
+        props = [f"file={github_value(f.location.path if f.location else f.artifact, True)}"]
         if f.location:
             props.append(f"line={f.location.line}")
-        props.append(f"title={_gh_escape(f'{f.code} {catalog[f.code].name}', True)}")
-        lines.append(f"::{GITHUB_LEVEL[f.severity]} {','.join(props)}::{_gh_escape(f'{f.artifact}: {f.message}')}")
+        props.append(f"title={github_value(f'{f.code} {catalog[f.code].name}', True)}")
+        lines.append(f"::{GITHUB_LEVEL[f.severity]} {','.join(props)}::{github_value(f'{f.artifact}: {f.message}')}")
     for e in report.errors:
-        lines.append(f"::error file={_gh_escape(e.artifact, True)},title=qlint::{_gh_escape(e.message)}")
+        lines.append(f"::error file={github_value(e.artifact, True)},title=qlint::{github_value(e.message)}")
     if report.compared is not None:
         lines += _delta_annotations(report)
     return "\n".join(printable(line) for line in lines)
@@ -313,9 +309,9 @@ def _delta_annotations(report: Report) -> list[str]:
     lines = []
     for artifact, said in changes.items():
         where = sources.get(artifact)
-        props = [f"file={_gh_escape(where.path, True)}", f"line={where.line}"] if where else []
-        props.append(f"title={_gh_escape('qlint: changed against the base', True)}")
-        lines.append(f"::notice {','.join(props)}::{_gh_escape(f'{artifact}: ' + '; '.join(said))}")
+        props = [f"file={github_value(where.path, True)}", f"line={where.line}"] if where else []
+        props.append(f"title={github_value('qlint: changed against the base', True)}")
+        lines.append(f"::notice {','.join(props)}::{github_value(f'{artifact}: ' + '; '.join(said))}")
     return lines
 
 
@@ -374,35 +370,34 @@ def markdown(report: Report, attachments: Sequence[str] = ()) -> str:
     the other files the run wrote (`attachments`: a memory plot, Model Explorer node data)."""
     lines = ["## qlint", ""]
     if report.stats:
-        lines += [summary_table(report, "github"), ""]
+        lines += [summary_table(report, "github", markdown_text), ""]
     if report.findings:
         rows = [
             [
                 f"`{f.code}`",
                 f.severity,
-                printable(f.artifact),
-                f"`{f.location}`" if f.location else "",
-                printable(f.message).replace("|", "\\|"),
+                markdown_text(f.artifact),
+                markdown_code(str(f.location)) if f.location else "",
+                markdown_text(f.message),
             ]
             for f in report.findings
         ]
-        lines += [tabulate(rows, headers=["code", "severity", "artifact", "source", "message"], tablefmt="github"), ""]
+        lines += [tabulate(rows, headers=["code", "severity", "artifact", "source", "message"], tablefmt="github",
+                           disable_numparse=True), ""]
     for remedied in report.remedies:
-        lines += ["```", *(printable(line) for line in remedy_lines(remedied)), "```", ""]
+        lines += [*markdown_fence([printable(line) for line in remedy_lines(remedied)]), ""]
     for fix in report.fixes:
-        lines += ["```", *(printable(line) for line in fix_lines(fix)), "```", ""]
+        lines += [*markdown_fence([printable(line) for line in fix_lines(fix)]), ""]
     if report.memory:
-        lines += ["```", *(printable(memory_line(plan)) for plan in report.memory), "```", ""]
+        lines += [*markdown_fence([printable(memory_line(plan)) for plan in report.memory]), ""]
     if report.compared is not None:
         from qlint.report.budgets import delta_markdown
 
         lines += [delta_markdown(report.deltas, report.compared), ""]
     for error in report.errors:
-        lines.append(printable(f"- :x: `{error.artifact}`: {error.message}"))
+        lines.append(f"- :x: {markdown_code(error.artifact)}: {markdown_text(error.message)}")
     for link in attachments:
-        shown = printable(link).replace("]", "\\]")
-        image = link.lower().endswith((".svg", ".png"))
-        lines += [f"{'!' if image else ''}[{shown}](<{printable(link)}>)", ""]
+        lines += [markdown_link(link, link, image=link.lower().endswith((".svg", ".png"))), ""]
     lines.append(totals(report).replace("\n", "  \n"))
     return "\n".join(lines)
 

@@ -1,12 +1,17 @@
-"""Report formats without a program: the SARIF schema check the format tests rely on is not vacuous."""
+"""Report formats without a program: the SARIF schema check the format tests rely on is not vacuous,
+and names from inputs stay text in every output."""
 
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
+from pathlib import Path
 
 import jsonschema
 import pytest
+
+from qlint.rules.records import Report
 
 
 def test_sarif_rejects_what_the_schema_rejects() -> None:
@@ -15,3 +20,77 @@ def test_sarif_rejects_what_the_schema_rejects() -> None:
     bad = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "qlint"}}, "results": [{"ruleId": "QL001"}]}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft4Validator(schema).validate(bad)
+
+
+# -- names from inputs, in every output ----------------------------------------------------
+
+HOSTILE = [
+    "evil\n::error file=README.md,line=1::FAKE.pt2",       # a line of its own in a CI log
+    "::warning::leads.pt2",                                 # a line that starts as a command
+    "a|b<img src=x>**All checks passed**`tick`\x1b[2J.pt2",  # a table cell's end, HTML, emphasis, a terminal code
+]
+
+
+def hostile_report() -> Report:
+    """Every section of a report, each naming the hostile artifacts (and a message that names one)."""
+    from qlint.report.budgets import deltas
+    from qlint.rules.records import ArtifactStats, Figures, Finding, InputError, Location, Severity
+
+    base = {name: Figures(name, "the .pte as shipped", fp32_islands=0).to_dict() for name in HOSTILE}
+    report = Report(
+        findings=[Finding("QL001", Severity.ERROR, f"island in {name}", name, location=Location(name, 3, "x"))
+                  for name in HOSTILE],
+        stats=[ArtifactStats(name) for name in HOSTILE],
+        errors=[InputError(name, f"not a .pt2 archive: {name}") for name in HOSTILE],
+        figures=[Figures(name, "the .pte as shipped", fp32_islands=1) for name in HOSTILE],
+    )
+    report.compared, report.deltas = "base|<b>.json", deltas(report, base)
+    return report
+
+
+def test_no_name_makes_a_line_of_text_output_a_workflow_command() -> None:
+    from qlint.report.formats import text
+
+    out = text(hostile_report())
+    assert "\x1b" not in out and all(not line.lstrip().startswith("::") for line in out.splitlines())
+    assert "  evil\\n::error file=README.md,line=1::FAKE.pt2: fp32_islands 0 -> 1 (+1)" in out.splitlines()
+    assert "\\x3a:warning::leads.pt2: QL001 [error] island in ::warning::leads.pt2" in out.splitlines()
+
+
+def test_github_output_is_qlints_commands_only() -> None:
+    from qlint.report.formats import github
+
+    lines = github(hostile_report()).splitlines()
+    assert len(lines) == 3 + 3 + 3  # a finding, an error and a change notice per artifact
+    assert all(re.match(r"::(error|warning|notice) [^\n]*::", line) for line in lines)
+    assert not [line for line in lines if line.startswith("::error file=README.md")]
+    assert any("evil%0A::error file=README.md,line=1::FAKE.pt2" in line for line in lines)
+
+
+def test_markdown_tables_keep_their_cells_and_show_no_markup_from_names() -> None:
+    from qlint.report.formats import markdown
+
+    out = markdown(hostile_report())
+    assert "\x1b" not in out
+    # Outside code spans, every `<` and `*` of a name is escaped (inside one, they are literal).
+    prose = re.sub(r"(`+).*?\1", "", out.replace("\\`", ""))
+    assert not re.search(r"(?<!\\)[<*]", prose.replace("<br>", "")), prose
+    for line in out.splitlines():
+        if line.startswith("|"):  # unescaped pipes: the cells of its table, no more
+            assert len(re.findall(r"(?<!\\)\|", line)) in (6, 8, 9), line
+    assert "a\\|b\\<img src=x\\>\\*\\*All checks passed\\*\\*\\`tick\\`\\\\x1b\\[2J.pt2" in out
+    assert "- :x: ``a\\|b<img src=x>**All checks passed**`tick`\\x1b[2J.pt2``: not a .pt2 archive" in out
+    assert "Compared with `base\\|<b>.json`:" in out
+
+
+def test_qlint_boards_escapes_the_configs_board_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qlint.cli.main import main
+
+    config = tmp_path / ".qlint.yaml"
+    config.write_text('boards:\n  "\\e[2Jwipe": {sram: 1KiB, flash: 1KiB}\n  "x\\n::error::forged": {sram: 1KiB, '
+                      'flash: 1KiB}\n  "::notice::lead": {sram: 1KiB, flash: 1KiB}\n')
+    assert main(["boards", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and all(not line.lstrip().startswith("::") for line in out.splitlines())
+    names = [line.split()[0] for line in out.splitlines()[2:5]]
+    assert names == ["\\x1b[2Jwipe", "x\\n::error::forged", "\\x3a:notice::lead"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from qlint.cli.exit_codes import EXIT_ERROR, EXIT_OK
 from qlint.cli.output import emit, say
-from qlint.io.reads import printable
+from qlint.io.reads import not_a_command, printable
 
 
 def cmd_boards(config_path: Path | None) -> int:
@@ -23,5 +23,8 @@ def cmd_boards(config_path: Path | None) -> int:
         return EXIT_ERROR
     own = config.budgets.boards
     rows = board_rows([*own.values(), *(b for name, b in builtin_boards().items() if name not in own)])
-    table = tabulate(rows, headers=["board", "cpu", "sram", "flash", "source"], tablefmt="simple")
-    return EXIT_OK if emit(table) else EXIT_ERROR
+    # Names and origins come from the config: escaped as file names are, a line never a workflow command.
+    shown = [[printable(cell) for cell in row] for row in rows]
+    table = tabulate(shown, headers=["board", "cpu", "sram", "flash", "source"], tablefmt="simple",
+                     disable_numparse=True)
+    return EXIT_OK if emit("\n".join(not_a_command(line) for line in table.split("\n"))) else EXIT_ERROR
