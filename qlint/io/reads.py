@@ -21,8 +21,16 @@ class ReadError(Exception):
     """An input that cannot be read: one line, exit code 2."""
 
 
-def read_input(path: Path, limit: int, what: str = "file") -> bytes:
-    """The bytes of a regular file of at most `limit` bytes, or a ReadError saying why not."""
+# Where the bound of a read comes from, as its error says it: `limits:` in the config sets the bound
+# on artifacts (and on what a target's factory imports); configs, baselines, metrics files, cache
+# entries and source files have fixed bounds that no config changes.
+CONFIGURED = "limits.file_mb in .qlint.yaml"
+FIXED = "a fixed limit"
+
+
+def read_input(path: Path, limit: int, what: str = "file", origin: str = FIXED) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, or a ReadError saying why not (and,
+    past the limit, where the limit comes from: `origin`)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -34,7 +42,7 @@ def read_input(path: Path, limit: int, what: str = "file") -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise ReadError(f"not a regular {what} ({file_kind(info.st_mode)})")
         if info.st_size > limit:
-            raise ReadError(f"{what} is {info.st_size} bytes, over the {limit}-byte limit (limits in .qlint.yaml)")
+            raise ReadError(f"{what} is {info.st_size} bytes, over the {limit}-byte limit ({origin})")
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - size))
@@ -43,7 +51,7 @@ def read_input(path: Path, limit: int, what: str = "file") -> bytes:
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:  # grew while being read
-            raise ReadError(f"{what} is over the {limit}-byte limit (limits in .qlint.yaml)")
+            raise ReadError(f"{what} is over the {limit}-byte limit ({origin})")
         return b"".join(chunks)
     except OSError as exc:
         raise ReadError(f"cannot read: {exc.strerror or exc}") from None

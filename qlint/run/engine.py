@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qlint.io.reads import ReadError, shown_path
+from qlint.io.reads import CONFIGURED, ReadError, shown_path
 from qlint.rules.records import InputError, Report
 from qlint.settings.config import Config, RemedyName, Target
 from qlint.settings.options import RunOptions
@@ -182,7 +182,7 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Any = None
         if path.suffix == ".pte" and options.static:
             raise ReadError(".pte files need the full check (ExecuTorch's reader imports torch): "
                             "qlint check without --static")
-        data = read_input(path, config.limits.file_bytes, "artifact")
+        data = read_input(path, config.limits.file_bytes, "artifact", CONFIGURED)
     except ReadError as exc:
         return Report(errors=[InputError(artifact, str(exc))])
     key = cache.key(data, artifact) if cache is not None and options.fix is None else None

@@ -21,7 +21,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from qlint.io.reads import ReadError, read_input
+from qlint.io.reads import CONFIGURED, ReadError, read_input
 
 MAX_FILES = 5000
 # Calls that import what only running them tells: bare names, and methods (`importlib.import_module`,
@@ -111,7 +111,7 @@ class _Walk:
         if len(self.files) >= MAX_FILES:
             raise _Uncacheable(f"imports more than {MAX_FILES} repository files")
         try:
-            self.files[key] = read_input(file, self.file_bytes, "module")
+            self.files[key] = read_input(file, self.file_bytes, "module", CONFIGURED)
         except ReadError as exc:
             raise _Uncacheable(f"{key}: {exc}") from None
         self.pending.append((file, package))

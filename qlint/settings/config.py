@@ -44,6 +44,9 @@ CPUS = (
 )
 FOLD_DTYPES = ("int8", "int16")
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# A target's name names its outputs (`--fix` writes `NAME.pte` into --output-dir), so it is a name,
+# not a path: no separator, no `..`, nothing hidden or read as an option.
+TARGET_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", re.ASCII)
 
 
 class ConstantKind(StrEnum):
@@ -199,9 +202,14 @@ class _Parser:
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, key, "expected a mapping")
         items: list[tuple[str, yaml.Node, yaml.Node]] = []
+        seen: dict[str, yaml.Node] = {}
         for k, v in node.value:
             if not isinstance(k, yaml.ScalarNode) or k.tag not in _PLAIN_TAGS:
                 raise self.error(k, key, "keys must be plain names")
+            if k.value in seen:  # YAML keeps the last silently: one of the two would be lost
+                first = seen[k.value].start_mark.line + 1
+                raise self.error(k, key, f"{printable(k.value)[:80]!r} appears twice (first on line {first})")
+            seen[k.value] = k
             items.append((k.value, k, v))
         return items
 
@@ -232,9 +240,11 @@ class _Parser:
 
     def choices(self, node: yaml.Node, key: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
         values = self.strings(node, key)
-        for item, value in zip(node.value, values, strict=True):
+        for index, (item, value) in enumerate(zip(node.value, values, strict=True)):
             if value not in allowed:
-                raise self.error(item, key, f"{value!r} is not one of {', '.join(allowed)}")
+                raise self.error(item, key, f"{printable(value)[:80]!r} is not one of {', '.join(allowed)}")
+            if value in values[:index]:
+                raise self.error(item, key, f"{value!r} is listed twice")
         return values
 
     def config(self, root: yaml.Node | None) -> Config:
@@ -397,24 +407,36 @@ class _Parser:
         return Budgets(default=None if default.empty else default, per_file=per_file)
 
     def key_boards(self, node: yaml.Node, key: str) -> dict[str, Board]:
-        """The user's own boards: `{my-board: {sram: 128KiB, flash: 1MiB}}`."""
+        """The user's own boards: `{my-board: {sram: 128KiB, flash: 1MiB}}`; one that redefines a
+        board of the table says so (`override: true`), so a typo cannot shadow the table's figures."""
+        from qlint.settings.boards import builtin_boards
+
         boards = {}
-        for name, _, value in self.mapping(node, key):
+        for name, knode, value in self.mapping(node, key):
+            where = f"{key}.{printable(name)}"
             sizes: dict[str, int] = {}
-            for field_, knode, size in self.mapping(value, f"{key}.{name}"):
-                if field_ not in SIZE_KEYS:
-                    raise self.error(knode, f"{key}.{name}.{field_}", "unknown key (known: sram, flash)")
-                sizes[field_] = int(self.size_or_count(size, f"{key}.{name}.{field_}", field_))
+            override = False
+            for field_, fnode, size in self.mapping(value, where):
+                if field_ == "override":
+                    override = self.scalar(size, f"{where}.override", bool)
+                elif field_ in SIZE_KEYS:
+                    sizes[field_] = int(self.size_or_count(size, f"{where}.{field_}", field_))
+                else:
+                    known = "unknown key (known: sram, flash, override)"
+                    raise self.error(fnode, f"{where}.{printable(field_)}", known)
             missing = [k for k in SIZE_KEYS if k not in sizes]
             if missing:
-                raise self.error(value, f"{key}.{name}", f"a board needs {' and '.join(missing)}")
-            boards[name] = Board(name, "", sizes["sram"], sizes["flash"], self.origin(value, f"{key}.{name}"))
+                raise self.error(value, where, f"a board needs {' and '.join(missing)}")
+            if override != (name in builtin_boards()):
+                raise self.error(knode, where, "redefines the built-in board of that name: add `override: true`"
+                                 if not override else "`override: true`, but no built-in board has that name")
+            boards[name] = Board(name, "", sizes["sram"], sizes["flash"], self.origin(value, where))
         return boards
 
     def key_targets(self, node: yaml.Node, key: str) -> tuple[Target, ...]:
         if not isinstance(node, yaml.SequenceNode):
             raise self.error(node, key, "expected a list of {name, factory[, remedies][, budgets]} mappings")
-        targets = []
+        targets: list[Target] = []
         for item in node.value:
             fields: dict[str, str] = {}
             remedies, budgets = None, None
@@ -433,6 +455,12 @@ class _Parser:
             if not FACTORY_RE.match(fields["factory"]):
                 raise self.error(item, f"{key}.factory", f"{fields['factory']!r} is not `package.module:function`")
             name = fields.get("name") or fields["factory"].rsplit(":", 1)[1]
+            if not TARGET_NAME_RE.match(name):
+                raise self.error(item, f"{key}.name", f"{printable(name)[:80]!r} is not a target name: letters, "
+                                 "digits, _, . and - (not starting with . or -), since --fix writes NAME.pte")
+            if name in (t.name for t in targets):
+                first = next(t.line for t in targets if t.name == name)
+                raise self.error(item, f"{key}.name", f"{name!r} names two targets (the first on line {first})")
             if budgets is not None:  # named for the target, which its name may follow
                 budgets = replace(budgets, origin=budgets.origin.replace(f"{key}.budgets", f"target {name}'s budgets"))
             targets.append(Target(name=name, factory=fields["factory"], line=item.start_mark.line + 1,

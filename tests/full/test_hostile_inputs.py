@@ -491,7 +491,7 @@ def test_oversized_artifact_is_refused_unread(tmp_path: Path, good: Path, capsys
     with open(big, "wb") as handle:
         handle.truncate(65 << 20)  # sparse: costs no disk
     message = assert_refused([str(big)], capsys, "big.pt2", good)
-    assert message == "artifact is 68157440 bytes, over the 67108864-byte limit (limits in .qlint.yaml)"
+    assert message == "artifact is 68157440 bytes, over the 67108864-byte limit (limits.file_mb in .qlint.yaml)"
 
 
 @pytest.mark.slow
@@ -866,7 +866,7 @@ def test_limits_are_configurable(tmp_path: Path, good: Path, capsys: pytest.Capt
     code, out, err = run_cli(["check", "--config", str(config), str(good), "--output-format", "json"], capsys)
     assert code == 2
     assert json.loads(out)["errors"][0]["message"] == (
-        f"artifact is {good.stat().st_size} bytes, over the 10485-byte limit (limits in .qlint.yaml)"
+        f"artifact is {good.stat().st_size} bytes, over the 10485-byte limit (limits.file_mb in .qlint.yaml)"
     )
 
 

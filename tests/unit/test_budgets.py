@@ -99,7 +99,7 @@ def test_boards_lists_the_configs_own_boards_first_then_the_table(tmp_path: Path
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     from qlint.cli.main import main
 
-    config = write(tmp_path, "boards:\n  my-board: {sram: 96KiB, flash: 1MiB}\n  nucleo-f446re: {sram: 1KiB, flash: 2KiB}\n")
+    config = write(tmp_path, "boards:\n  my-board: {sram: 96KiB, flash: 1MiB}\n  nucleo-f446re: {sram: 1KiB, flash: 2KiB, override: true}\n")
     assert main(["boards", "--config", str(config)]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
     assert rows[0].split()[:5] == ["my-board", "96", "KiB", "(98,304", "B)"] and "boards.my-board in .qlint.yaml:2" in rows[0]

@@ -31,6 +31,27 @@ def write(tmp_path: Path, text: str) -> Path:
         ("targets:\n  - name: a\n    factory: not a factory\n", 2, "targets.factory", "is not `package.module:function`"),
         ("target_cpu: cortex-a53\n", 1, "target_cpu", "'cortex-a53' is not one of"),
         ("include: [a\n", 2, "<yaml>", "expected ',' or ']', but got '<stream end>'"),
+        # A target's name is a name (--fix writes NAME.pte into --output-dir), not a path.
+        ("targets:\n  - {name: ../x, factory: m:f}\n", 2, "targets.name", "'../x' is not a target name"),
+        ("targets:\n  - {name: /abs/path, factory: m:f}\n", 2, "targets.name", "'/abs/path' is not a target name"),
+        ("targets:\n  - {name: .., factory: m:f}\n", 2, "targets.name", "'..' is not a target name"),
+        ("targets:\n  - {name: 'a\\b', factory: m:f}\n", 2, "targets.name", "is not a target name"),
+        # What YAML or a list would silently drop or do twice.
+        ("targets:\n  - {name: t, factory: m:f}\n  - {name: t, factory: m:g}\n", 3, "targets.name",
+         "'t' names two targets (the first on line 2)"),
+        ("targets:\n  - {factory: m:f}\n  - {factory: n:f}\n", 3, "targets.name", "'f' names two targets"),
+        ("coverage_threshold: 0.5\ncoverage_threshold: 0.9\n", 2, "<root>",
+         "'coverage_threshold' appears twice (first on line 1)"),
+        ("budgets:\n  sram: 1KiB\n  sram: 2KiB\n", 3, "budgets", "'sram' appears twice (first on line 2)"),
+        ("boards:\n  b: {sram: 1KiB, flash: 1KiB}\n  b: {sram: 2KiB, flash: 1KiB}\n", 3, "boards",
+         "'b' appears twice (first on line 2)"),
+        ("boards:\n  nucleo-f446re: {sram: 1KiB, flash: 2KiB}\n", 2, "boards.nucleo-f446re",
+         "redefines the built-in board of that name: add `override: true`"),
+        ("boards:\n  mine: {sram: 1KiB, flash: 2KiB, override: true}\n", 2, "boards.mine",
+         "`override: true`, but no built-in board has that name"),
+        ("remedies: [channels-last, int8-io, channels-last]\n", 1, "remedies", "'channels-last' is listed twice"),
+        ("targets:\n  - {factory: m:f, remedies: [int8-io, int8-io]}\n", 2, "targets.remedies",
+         "'int8-io' is listed twice"),
     ],
 )
 def test_config_errors_name_file_line_and_key(tmp_path: Path, text: str, line: int, key: str, message: str) -> None:
@@ -88,3 +109,11 @@ def test_clamp_range_guard() -> None:
         "fold.require_equal_qrange: int16[-32767, 32767] in, int16[-32768, 32767] out"
     ]
     assert blocked_guards(FoldGuards(dtypes=("int16",), require_equal_qrange=False), qp_in, (), qp_out) == []
+
+
+def test_a_config_past_its_fixed_size_says_the_limit_is_fixed(tmp_path: Path) -> None:
+    """1 MiB is qlint's own bound on a config, which no `limits:` changes: the error says so."""
+    path = write(tmp_path, "# " + "x" * (1 << 20) + "\n")
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert raised.value.message == f"config file is {path.stat().st_size} bytes, over the 1048576-byte limit (a fixed limit)"
