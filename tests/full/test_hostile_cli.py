@@ -16,6 +16,7 @@ import importlib
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import stat
@@ -190,6 +191,18 @@ def test_ctrl_c_stops_the_children_of_a_parallel_run(tmp_path: Path) -> None:
     assert (child.returncode, out, err) == (130, "", "qlint: interrupted\n")
     for factory in markers.iterdir():
         assert process_state(int(factory.name)) in (None, "Z")  # killed (a zombie until reaped), not sleeping
+
+
+def test_a_parallel_run_of_targets_leaves_nothing_on_stderr(tmp_path: Path) -> None:
+    """Each target's export makes a tqdm bar in its child; its lock must not leak a semaphore that
+    the resource tracker reports on qlint's stderr at exit."""
+    shutil.copy(ROOT / "examples" / "models.py", tmp_path / "models.py")
+    (tmp_path / ".qlint.yaml").write_text(
+        "targets:\n  - {name: pool, factory: models:make_pool}\n  - {name: scale, factory: models:make_scale}\n")
+    result = subprocess.run([*QLINT, "check", "--targets-only", "--no-cache", "--jobs", "2", "-q"], cwd=tmp_path,
+                            env=ENV, capture_output=True, text=True, timeout=600)
+    assert result.returncode in (0, 1) and result.stderr == ""
+    assert result.stdout.count("target:") >= 1
 
 
 def process_state(pid: int) -> str | None:

@@ -74,6 +74,9 @@ def qlint(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
             "'markdown')", CHECK_HELP]),
         (["check", "--static", "--fix", "."], ["--fix and --diff need the full check (lowering); drop --static",
                                                CHECK_HELP]),
+        *[(["check", "--static", *extra, "."], ["--compare and --write metrics: need the full check (figures are "
+                                                 "measured on the lowered program); drop --static", CHECK_HELP])
+          for extra in (["--compare", "base.json"], ["--write", "metrics:m.json"])],
         (["rule"], ["the following arguments are required: code", "Run 'qlint rule --help' for usage."]),
         (["rule", "QL999"], [f"unknown rule 'QL999' {KNOWN}", "Run 'qlint rules' for the list."]),
     ],

@@ -77,6 +77,11 @@ def _option_error(args: argparse.Namespace) -> str | None:
     if args.static and (args.fix or args.diff or args.targets_only):
         what = "--fix and --diff" if args.fix or args.diff else "config targets"
         return f"{what} need the full check (lowering); drop --static"
+    if args.static and (args.compare or any(kind == "metrics" for kind, _ in args.write)):
+        # The static tier measures no memory plan or coverage: its metrics would be empty, and a
+        # comparison would list every artifact as removed.
+        return "--compare and --write metrics: need the full check (figures are measured on the lowered program); " \
+               "drop --static"
     if args.unsafe_fixes and not (args.fix or args.diff):
         return "--unsafe-fixes needs --fix or --diff"
     return None
