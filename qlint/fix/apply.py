@@ -31,6 +31,7 @@ from qlint.rules.records import (
     LivePeak,
     MemoryTimeline,
 )
+from qlint.rules.table import Code
 from qlint.settings.config import Config
 from qlint.settings.options import RunOptions
 
@@ -262,8 +263,8 @@ def fix_program(
     linted = linted or lint_program(program, artifact, config, options)
     if linted.failure is not None:
         raise FixError(f"cannot fix: {lowering_message(linted.failure)}")
-    invalid = next((f.message for f in linted.findings if f.code == "QL007"), None)
-    if invalid is None and not config.enabled("QL007"):
+    invalid = next((f.message for f in linted.findings if f.code == Code.LOWERED_PROGRAM_INVALID), None)
+    if invalid is None and not config.enabled(Code.LOWERED_PROGRAM_INVALID):
         found = find_invalid(linted.analysis.view)
         invalid = invalid_message(found) if found is not None else None
     if invalid is not None:

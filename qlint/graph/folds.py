@@ -33,6 +33,7 @@ from qlint.graph.islands import Island
 from qlint.graph.regions import Exhaustive, Region
 from qlint.graph.view import GraphView, Kind, input_node, op_name, output_dtype, run_node
 from qlint.rules.qparams import QParams
+from qlint.rules.table import Code
 
 FLOAT32_TINY = 1.1754943508222875e-38  # smallest normal float32
 
@@ -47,7 +48,7 @@ class FoldKind(StrEnum):
 @dataclass
 class Fold:
     kind: FoldKind
-    code: str                 # the rule whose finding this fold resolves
+    code: Code                # the rule whose finding this fold resolves
     anchor: Node              # the node findings point at
     dq: Node | None           # the island's dequantized input (None for a constant subgraph)
     outputs: list[Node]       # the quantize nodes whose integers the fold reproduces; a subgraph's results
@@ -91,7 +92,7 @@ class Fold:
 
 @dataclass
 class Left:
-    code: str
+    code: Code
     anchor: Node
     reason: str
 

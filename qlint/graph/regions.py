@@ -25,6 +25,7 @@ from qlint.rules.builders import factor
 from qlint.rules.ops import OFFSET_OPS, SCALE_OPS
 from qlint.rules.qparams import QParams
 from qlint.rules.source import locate
+from qlint.rules.table import Code
 from qlint.settings.config import Config, ConstantKind
 from qlint.settings.guards import blocked_guards
 
@@ -34,9 +35,9 @@ NORMALIZATION_OPS = {
     "std", "rsqrt", "norm", "linalg_vector_norm",
 }
 # The rules whose findings come from regions; the others need no island analysis.
-ISLAND_CODES = ("QL001", "QL002")
-PAIR_CODE = "QL004"
-CONSTANT_CODE = "QL008"
+ISLAND_CODES = (Code.CONSTANT_SCALE_ISLAND, Code.FP32_ISLAND)
+PAIR_CODE = Code.REQUANTIZE_PAIR
+CONSTANT_CODE = Code.CONSTANT_SUBGRAPH
 
 
 @dataclass
@@ -117,7 +118,7 @@ class Region:
     """An fp32 island (QL001 or QL002), a constant subgraph (QL008) or a requantize pair (QL004): what a rule
     reports and a fold rewrites."""
 
-    code: str
+    code: Code
     island: Island              # a pair is an island with no nodes: input dq, output q
     anchor: Node                # the node findings point at
     dq: Node | None             # the one dequantized runtime input, if there is exactly one
@@ -296,11 +297,11 @@ def _island_region(
     if isinstance(result, ScaleIsland):
         kinds = [s.constant.kind for s in result.steps]
         blocked = blocked_guards(config.fold, result.qp_in, kinds, result.qp_out)
-        scale, reason, code = result, "", "QL001"
+        scale, reason, code = result, "", Code.CONSTANT_SCALE_ISLAND
     else:
         kinds = [c.kind for n in island.compute for a in n.args if (c := view.constant(a)) is not None]
         blocked = blocked_guards(config.fold, view.qparams(dq) if dq is not None else None, kinds)
-        scale, reason, code = None, result, "QL002"
+        scale, reason, code = None, result, Code.FP32_ISLAND
     return Region(code, island, island.anchor, dq, scale, reason, blocked, not_per_integer(view, island), view,
                   evaluations)
 

@@ -1,7 +1,8 @@
-"""The rules QL001-QL005, QL007 and QL008: one program's regions, fold plans, coverage and validity into findings.
+"""The full check's rules, QL001-QL005, QL007 and QL008: one program's regions, fold plans,
+coverage and validity into findings.
 
-The rule table (`qlint.rules.table`) names each code's function here; `run_rules` asks it which
-rules are enabled first, so a deselected rule's analysis (island classification, exhaustive
+`FULL_RULES` is this tier's registry, keyed by the rule table's `Code`; `run_rules` asks the table
+which rules are enabled first, so a deselected rule's analysis (island classification, exhaustive
 evaluation, fold planning) never runs.
 """
 
@@ -10,9 +11,10 @@ from __future__ import annotations
 import math
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeAlias
 
 from torch.fx import Node
 
@@ -28,15 +30,15 @@ from qlint.graph.islands import (
     fp32_total,
 )
 from qlint.graph.lowering import LoweringError, first_line
-from qlint.graph.regions import CONSTANT_CODE, Analysis, Evaluations, Region, ScaleIsland, analyse
+from qlint.graph.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.graph.validity import Invalid, find_invalid
 from qlint.graph.view import GraphView, is_float, numel, op_name
 from qlint.rules import builders
 from qlint.rules.builders import Term
-from qlint.rules.catalog import enabled_rules, load_catalog
+from qlint.rules.catalog import enabled_rules
 from qlint.rules.records import ArtifactStats, Finding, Location, shapes_elided
 from qlint.rules.source import locate, module_path
-from qlint.rules.table import Scope
+from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config
 
 
@@ -54,7 +56,7 @@ class FindingFactory:
         return None
 
     def make(
-        self, code: str, message: str, nodes: tuple[Node, ...] = (), fixable: bool = False, **details: Any
+        self, code: Code, message: str, nodes: tuple[Node, ...] = (), fixable: bool = False, **details: Any
     ) -> Finding:
         location = self.location(*nodes)
         if location is None:  # code inside torch: the module that ran it
@@ -132,8 +134,8 @@ def lowering_failed(context: Context) -> list[Finding]:
     exc = context.failure
     assert exc is not None
     nodes = (exc.node,) if exc.node is not None else ()
-    return [context.make.make("QL003", lowering_message(exc, context.verbose), nodes, pass_name=exc.pass_name,
-                              graph_nodes=graph_nodes(context.view, dict.fromkeys(nodes, 0)))]
+    return [context.make.make(Code.LOWERING_FAILED, lowering_message(exc, context.verbose), nodes,
+                              pass_name=exc.pass_name, graph_nodes=graph_nodes(context.view, dict.fromkeys(nodes, 0)))]
 
 
 def _terms(scale: ScaleIsland) -> list[Term]:
@@ -149,14 +151,15 @@ def constant_scale(context: Context, region: Region) -> Finding:
         island.ops, _terms(scale), scale.qp_in, scale.qp_out, exhaustive is not None and exhaustive.identity,
         region.blocked, fp32_elements(context.view, island),
         graph_nodes(context.view, fp32_by_node(context.view, island)))
-    return context.make.make("QL001", message, (region.anchor, *island.nodes), context.fixable(region), **details)
+    nodes = (region.anchor, *island.nodes)
+    return context.make.make(Code.CONSTANT_SCALE_ISLAND, message, nodes, context.fixable(region), **details)
 
 
 def fp32_island(context: Context, region: Region) -> Finding:
     island = region.island
     elements = fp32_elements(context.view, island)
     return context.make.make(
-        "QL002",
+        Code.FP32_ISLAND,
         f"fp32 island ({', '.join(island.ops)}), {elements} fp32 elements per inference: {region.reason}",
         (region.anchor, *island.nodes),
         context.fixable(region),
@@ -175,7 +178,7 @@ def constant_subgraph(context: Context, region: Region) -> Finding:
     if constant.misread:
         message += f"; {constant.misread}"
     return context.make.make(
-        CONSTANT_CODE,
+        Code.CONSTANT_SUBGRAPH,
         message,
         (region.anchor, *reversed(island.nodes)),
         context.fixable(region),
@@ -195,7 +198,8 @@ def requantize(context: Context, region: Region) -> Finding:
     exhaustive = region.exhaustive()
     message, details = builders.requantize(qp_in, qp_out, exhaustive is not None and exhaustive.identity,
                                            graph_nodes(view, {dq: numel(dq), q: 0}))
-    return context.make.make("QL004", message, (q, dq, *dq.all_input_nodes), context.fixable(region), **details)
+    return context.make.make(Code.REQUANTIZE_PAIR, message, (q, dq, *dq.all_input_nodes), context.fixable(region),
+                             **details)
 
 
 def low_coverage(context: Context) -> list[Finding]:
@@ -207,7 +211,7 @@ def low_coverage(context: Context) -> list[Finding]:
     main = f"; main cause ({by_cause[0][1]} ops): {by_cause[0][0]}" if by_cause else ""
     return [
         context.make.make(
-            "QL005",
+            Code.INT8_COVERAGE,
             f"int8 coverage {_percent_down(cov.ratio)} < {config.coverage_threshold * 100:g}%: "
             f"{cov.total - cov.int_ops} of {cov.total} compute ops run in fp32 ({listed}){main}",
             coverage=cov.ratio,
@@ -233,7 +237,7 @@ def fp32_causes(context: Context) -> list[tuple[str, int]]:
         counts[key] += ops
 
     for region in context.analysis.regions:
-        if region.code in ("QL001", "QL002"):
+        if region.code in ISLAND_CODES:
             count("a constant scale between quantized ops (QL001)" if region.scale else region.reason,
                   len(region.island.compute))
             seen.update(region.island.compute)
@@ -263,7 +267,7 @@ def lowered_program_invalid(context: Context) -> list[Finding]:
         return []
     return [
         context.make.make(
-            "QL007", invalid_message(invalid), (invalid.node,),
+            Code.LOWERED_PROGRAM_INVALID, invalid_message(invalid), (invalid.node,),
             op=op_name(invalid.node), input_dtypes=invalid.dtypes, reason=invalid.reason,
             graph_nodes=graph_nodes(context.view, {invalid.node: numel(invalid.node) if is_float(invalid.node) else 0}),
         )
@@ -300,18 +304,17 @@ def run_rules(
     `evaluations` carries exhaustive evaluations over from an earlier analysis of
     the same graph (the fixed program keeps the nodes it did not fold).
     """
-    catalog = load_catalog()
     region_codes = {r.code for r in enabled_rules(Scope.REGION, config)}
     analysis = analyse(view, config, region_codes, evaluations)
     context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose)
     findings: list[Finding] = []
     if failure is not None:
         for lowering_rule in enabled_rules(Scope.LOWERING, config):
-            findings.extend(lowering_rule.function()(context))
+            findings.extend(LOWERING_RULES[lowering_rule.code](context))
     for region in analysis.regions:
-        findings.append(catalog[region.code].function()(context, region))
+        findings.append(REGION_RULES[region.code](context, region))
     for program_rule in enabled_rules(Scope.PROGRAM, config):
-        findings.extend(program_rule.function()(context))
+        findings.extend(PROGRAM_RULES[program_rule.code](context))
     cov = context.coverage
     stats = ArtifactStats(
         artifact=artifact,
@@ -324,3 +327,17 @@ def run_rules(
         graph=view.graph_id,
     )
     return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure)
+
+
+# This tier's registry, by scope: what the rule table's `Scope` says each function is given.
+ProgramRule: TypeAlias = Callable[[Context], list[Finding]]     # LOWERING and PROGRAM
+RegionRule: TypeAlias = Callable[[Context, Region], Finding]    # REGION: once per region of its code
+LOWERING_RULES: dict[Code, ProgramRule] = {Code.LOWERING_FAILED: lowering_failed}
+REGION_RULES: dict[Code, RegionRule] = {
+    Code.CONSTANT_SCALE_ISLAND: constant_scale, Code.FP32_ISLAND: fp32_island,
+    Code.REQUANTIZE_PAIR: requantize, Code.CONSTANT_SUBGRAPH: constant_subgraph,
+}
+PROGRAM_RULES: dict[Code, ProgramRule] = {
+    Code.INT8_COVERAGE: low_coverage, Code.LOWERED_PROGRAM_INVALID: lowered_program_invalid,
+}
+FULL_RULES: dict[Code, ProgramRule | RegionRule] = {**LOWERING_RULES, **REGION_RULES, **PROGRAM_RULES}

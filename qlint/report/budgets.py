@@ -8,6 +8,7 @@ file. Nothing here lowers or serializes: the budget check costs no lowering.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,12 @@ from qlint import __version__
 from qlint.io.reads import ReadError, printable, read_json
 from qlint.report.escape import markdown_code, markdown_text
 from qlint.rules.records import Contributor, Delta, Figures, Finding, Report
+from qlint.rules.table import Code
 from qlint.settings.budgets import Growth, Resolved
 from qlint.settings.config import Config
 from qlint.settings.sizes import MAX_AMOUNT, show_size
 
-CODE = "QL009"
+CODE = Code.OVER_BUDGET
 METRICS_SCHEMA = 1
 METRICS_MAX_BYTES = 16 << 20
 # What each budgeted figure is called, and the Figures field that holds it.
@@ -127,7 +129,7 @@ def budget_findings(report: Report, config: Config, base: dict[str, dict[str, An
     from qlint.rules.catalog import enabled_rules
     from qlint.rules.table import Scope
 
-    return [f for rule in enabled_rules(Scope.FIGURES, config) for f in rule.function()(report, config, base)]
+    return [f for rule in enabled_rules(Scope.FIGURES, config) for f in FIGURE_RULES[rule.code](report, config, base)]
 
 
 def resolve_all(report: Report, config: Config) -> dict[str, Resolved]:
@@ -153,6 +155,12 @@ def over_budget(report: Report, config: Config, base: dict[str, dict[str, Any]] 
         if base is not None and figures.artifact in base:
             found += over_growth(figures, base[figures.artifact], resolved, config)
     return found
+
+
+# The rules that run on the measured figures (the rule table's `Scope.FIGURES`), by code.
+FIGURE_RULES: dict[Code, Callable[[Report, Config, dict[str, dict[str, Any]] | None], list[Finding]]] = {
+    Code.OVER_BUDGET: over_budget,
+}
 
 
 def metrics_json(report: Report) -> str:

@@ -25,6 +25,7 @@ from qlint.rules.records import (
     Severity,
     shapes_elided,
 )
+from qlint.rules.table import Code
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -41,7 +42,7 @@ def by_cause(findings: list[Finding]) -> list[list[Finding]]:
     groups: list[list[Finding]] = []
     index: dict[tuple[Any, ...], list[Finding]] = {}
     for f in findings:
-        reason = f.details.get("reason") if f.code == "QL002" else None
+        reason = f.details.get("reason") if f.code == Code.FP32_ISLAND else None
         if not reason:
             groups.append([f])
             continue
@@ -133,9 +134,9 @@ def fix_lines(fix: FixSummary) -> list[str]:
     if fix.output:
         head += f" -> {fix.output} ({fix.pte_bytes} bytes, verified bit-exact on {fix.verified_inputs} inputs)"
     lines = [head]
-    islands = _tally(fix, ("QL001", "QL002"))
+    islands = _tally(fix, (Code.CONSTANT_SCALE_ISLAND, Code.FP32_ISLAND))
     lines.append(f"  islands: {fix.islands_found} found, {islands[0]} {verb}, {islands[1]} left")
-    constants = _tally(fix, ("QL008",))
+    constants = _tally(fix, (Code.CONSTANT_SUBGRAPH,))
     if any(constants):
         lines.append(f"  constant subgraphs: {sum(constants)} found, {constants[0]} {verb}, {constants[1]} left")
     for fold in fix.folds:

@@ -23,6 +23,7 @@ from typing import Any
 
 from qlint.rules.catalog import load_catalog
 from qlint.rules.records import Finding, Report
+from qlint.rules.table import Code
 
 FP32_SUFFIX = ".fp32.json"
 FINDINGS_SUFFIX = ".findings.json"
@@ -87,7 +88,7 @@ def cause(finding: Finding) -> str:
     """A few words for a node label: the rule's name, or the cause the finding names."""
     reason = finding.details.get("reason")
     text = str(reason) if reason else load_catalog()[finding.code].name
-    if finding.code == "QL001" and finding.details.get("identity"):
+    if finding.code == Code.CONSTANT_SCALE_ISLAND and finding.details.get("identity"):
         text += " (exact identity)"
     return text if len(text) <= _LABEL_CHARS else text[: _LABEL_CHARS - 1] + "…"
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from qlint.io.reads import ReadError, printable, read_input, read_json
 from qlint.rules.catalog import enabled_rules
 from qlint.rules.records import Finding, Location, Report
-from qlint.rules.table import Scope
+from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config
 
 BASELINE_MAX_BYTES = 16 << 20
@@ -71,7 +72,7 @@ def apply_suppressions(report: Report, config: Config) -> None:
                 continue
         kept.append(finding)
     for rule in enabled_rules(Scope.REPORT, config):
-        kept.extend(rule.function()(config, sources, files, used))
+        kept.extend(REPORT_RULES[rule.code](config, sources, files, used))
     report.findings = kept
 
 
@@ -81,13 +82,20 @@ def unused_suppressions(
     """Suppression comments in the files findings pointed at that silenced nothing."""
     return [
         Finding(
-            "QL006", config.severity("QL006"), "unused suppression: no finding on this line matched it",
+            Code.UNUSED_SUPPRESSION, config.severity(Code.UNUSED_SUPPRESSION),
+            "unused suppression: no finding on this line matched it",
             artifact=shown, location=Location(shown, number, printable(text.strip()), file),
         )
         for file, shown in sorted(files.items())
         for number, text in enumerate(sources.get(file), 1)
         if IGNORE.search(text) and (file, number) not in used
     ]
+
+
+# The rules that run on a finished report (the rule table's `Scope.REPORT`), by code.
+REPORT_RULES: dict[Code, Callable[[Config, _Sources, dict[str, str], set[tuple[str, int]]], list[Finding]]] = {
+    Code.UNUSED_SUPPRESSION: unused_suppressions,
+}
 
 
 def baseline_key(finding: Finding) -> str:

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import yaml
 
-from qlint.rules.table import TABLE, Rule, Scope
+from qlint.rules.table import TABLE, Code, Rule, Scope
 
 REQUIRED_KEYS = (
     "code", "name", "default_severity", "guards", "summary", "what_it_does", "why_it_matters", "example",
@@ -22,8 +22,8 @@ REQUIRED_KEYS = (
 
 
 @lru_cache(maxsize=1)
-def load_catalog() -> dict[str, Rule]:
-    documented: dict[str, dict[str, object]] = {}
+def load_catalog() -> dict[Code, Rule]:
+    documented: dict[Code, dict[str, object]] = {}
     for entry in sorted(resources.files("qlint._rules").iterdir(), key=lambda p: p.name):
         if not entry.name.endswith(".yaml"):
             continue
@@ -31,23 +31,39 @@ def load_catalog() -> dict[str, Rule]:
         missing = [k for k in REQUIRED_KEYS if k not in data]
         if missing:
             raise ValueError(f"rule catalog {entry.name}: missing {', '.join(missing)}")
-        documented[data["code"]] = {k: data[k] for k in REQUIRED_KEYS if k != "code"}
-        documented[data["code"]]["guards"] = tuple(data["guards"])
+        if data["code"] not in tuple(Code):
+            raise ValueError(f"rule catalog {entry.name}: {data['code']!r} is not in the rule table")
+        code = Code(data["code"])
+        documented[code] = {k: data[k] for k in REQUIRED_KEYS if k != "code"}
+        documented[code]["guards"] = tuple(data["guards"])
     rows = {row.code: row for row in TABLE}
     if set(rows) != set(documented):
         raise ValueError(f"rule table and catalog differ: {sorted(set(rows) ^ set(documented))}")
+    for code in rows:
+        if code.name.lower().replace("_", "-") != documented[code]["name"]:
+            raise ValueError(f"rule table names {code} {code.name}, its catalog {documented[code]['name']}")
     return {code: Rule(**asdict(rows[code]), **documented[code]) for code in sorted(rows)}  # type: ignore[arg-type]
 
 
 class Selection(Protocol):
     """What a run selected: a config, seen from below the settings layer."""
 
-    def enabled(self, code: str) -> bool: ...
+    def enabled(self, code: Code) -> bool: ...
 
 
-def enabled_rules(scope: Scope, config: Selection) -> list[Rule]:
-    """The rules of one scope that the config selects, by code."""
-    return [r for code, r in sorted(load_catalog().items()) if r.scope == scope and config.enabled(code)]
+# Codes a static-tier function reports besides its own: QL001's reports the island whose undecided
+# constant has several elements as the fp32 island it is (QL002), so it runs when either is selected.
+STATIC_ALSO = {Code.CONSTANT_SCALE_ISLAND: (Code.FP32_ISLAND,)}
+
+
+def enabled_rules(scope: Scope, config: Selection, tier: str = "full") -> list[Rule]:
+    """The rules of one scope that the config selects, by code; with `tier="static"`, those the static
+    tier decides (and runs for any code its function may report)."""
+    catalog = load_catalog()
+    if tier == "static":
+        return [r for code, r in sorted(catalog.items()) if r.scope == scope and r.static and any(
+            config.enabled(c) for c in (code, *STATIC_ALSO.get(code, ())))]
+    return [r for code, r in sorted(catalog.items()) if r.scope == scope and config.enabled(code)]
 
 
 def render_rule(r: Rule) -> str:

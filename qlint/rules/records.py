@@ -11,6 +11,7 @@ from typing import Any
 from qlint._compat import StrEnum
 from qlint.io.reads import printable
 from qlint.rules.qparams import QParams
+from qlint.rules.table import Code
 
 # A shape or argument list in a cause (`conv2d output [1, 8, 8, 8] is NCHW`).
 _SHAPE = re.compile(r"\[-?\d+(?:, -?\d+)*\]")
@@ -46,7 +47,7 @@ class Location:
 
 @dataclass
 class Finding:
-    code: str
+    code: Code
     severity: Severity
     message: str
     artifact: str
@@ -94,7 +95,7 @@ class InputError:
 class AppliedFold:
     """One fold `--fix` applied (or, with `--diff`, would apply)."""
 
-    code: str
+    code: Code
     node: str
     kind: str      # identity | table | rescale
     change: str    # what was rewritten, in words
@@ -104,7 +105,7 @@ class AppliedFold:
 class LeftIsland:
     """An island or requantize pair `--fix` leaves, and why."""
 
-    code: str
+    code: Code
     node: str
     reason: str
 
@@ -354,7 +355,8 @@ class RemedyReport:
         data["io"] = self.io.to_dict() if self.io is not None else None
         for outcome, shown in zip(self.outcomes, data["outcomes"], strict=True):
             shown["io"] = outcome.io.to_dict() if outcome.io is not None else None
-        return _finite(data)
+        finite: dict[str, Any] = _finite(data)
+        return finite
 
 
 def _finite(value: Any) -> Any:

@@ -1,20 +1,33 @@
-"""The rule table: each code, when it runs, the function of each tier, and how its fix applies.
+"""The rule table: each code, when it runs, whether the static tier decides it, and how its fix applies.
 
-One row per rule, read top to bottom like ruff's `codes.rs`; the rule's documentation (name,
-severity, what / why / example / fix safety) is its YAML file in `rules/`, joined to the row by
-`qlint.rules.catalog`. Functions are named, not imported, so the table stays torch-free and below
-the layers that implement them; they are resolved on first use.
+One row per rule, read top to bottom like ruff's `codes.rs`; `Code` names every rule, so a code is
+spelled here and nowhere else (the type checker knows `Code.CONSTANT_SCALE_ISLAND`, not "QL001").
+The rule's documentation (name, severity, what / why / example / fix safety) is its YAML file in
+`rules/`, joined to the row by `qlint.rules.catalog`. The functions that produce a rule's findings
+live with the layer that can compute them, each tier's in a typed registry keyed by `Code`
+(`graph.rules.FULL_RULES`, `static.rules.STATIC_RULES`, `report.suppressions.REPORT_RULES`,
+`report.budgets.FIGURE_RULES`); `tests/unit/test_rules.py` holds each registry to this table.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
-from typing import Any
 
 from qlint._compat import StrEnum
+
+
+class Code(StrEnum):
+    """Every rule, by the name its catalog gives it; the value is its code."""
+
+    CONSTANT_SCALE_ISLAND = "QL001"
+    FP32_ISLAND = "QL002"
+    LOWERING_FAILED = "QL003"
+    REQUANTIZE_PAIR = "QL004"
+    INT8_COVERAGE = "QL005"
+    UNUSED_SUPPRESSION = "QL006"
+    LOWERED_PROGRAM_INVALID = "QL007"
+    CONSTANT_SUBGRAPH = "QL008"
+    OVER_BUDGET = "QL009"
 
 
 class Scope(StrEnum):
@@ -46,31 +59,27 @@ class Availability(StrEnum):
 
 @dataclass(frozen=True)
 class Row:
-    code: str
+    code: Code
     scope: Scope
-    full: str | None      # "module:function" of the full check
-    static: str | None    # "module:function" of the static tier (None: the full check only)
+    static: bool          # the static tier decides it too (`qlint check --static`)
     applicability: Applicability
     availability: Availability
 
 
 _S, _N = Applicability.SAFE, Applicability.NONE
 TABLE: tuple[Row, ...] = (
-    Row("QL001", Scope.REGION, "qlint.graph.rules:constant_scale", "qlint.static.rules:scale_finding",
-        _S, Availability.SOMETIMES),
+    Row(Code.CONSTANT_SCALE_ISLAND, Scope.REGION, True, _S, Availability.SOMETIMES),
     # The static tier reports a QL002 only where an island's constant it cannot compute decides between
-    # QL001 and QL002 (from `scale_finding`); every other fp32 island needs lowering.
-    Row("QL002", Scope.REGION, "qlint.graph.rules:fp32_island", None, _S, Availability.SOMETIMES),
-    Row("QL003", Scope.LOWERING, "qlint.graph.rules:lowering_failed", None, _N, Availability.NONE),
-    Row("QL004", Scope.REGION, "qlint.graph.rules:requantize", "qlint.static.rules:requantize_findings",
-        _S, Availability.SOMETIMES),
-    Row("QL005", Scope.PROGRAM, "qlint.graph.rules:low_coverage", None, _N, Availability.NONE),
-    Row("QL006", Scope.REPORT, "qlint.report.suppressions:unused_suppressions", None, _N, Availability.NONE),
+    # QL001 and QL002 (from QL001's function); every other fp32 island needs lowering.
+    Row(Code.FP32_ISLAND, Scope.REGION, False, _S, Availability.SOMETIMES),
+    Row(Code.LOWERING_FAILED, Scope.LOWERING, False, _N, Availability.NONE),
+    Row(Code.REQUANTIZE_PAIR, Scope.REGION, True, _S, Availability.SOMETIMES),
+    Row(Code.INT8_COVERAGE, Scope.PROGRAM, False, _N, Availability.NONE),
+    Row(Code.UNUSED_SUPPRESSION, Scope.REPORT, False, _N, Availability.NONE),
     # Its fix is the channels-last remedy of a config target (`--unsafe-fixes`), shown as a patch.
-    Row("QL007", Scope.PROGRAM, "qlint.graph.rules:lowered_program_invalid", None,
-        Applicability.UNSAFE, Availability.SOMETIMES),
-    Row("QL008", Scope.REGION, "qlint.graph.rules:constant_subgraph", None, _S, Availability.SOMETIMES),
-    Row("QL009", Scope.FIGURES, "qlint.report.budgets:over_budget", None, _N, Availability.NONE),
+    Row(Code.LOWERED_PROGRAM_INVALID, Scope.PROGRAM, False, Applicability.UNSAFE, Availability.SOMETIMES),
+    Row(Code.CONSTANT_SUBGRAPH, Scope.REGION, False, _S, Availability.SOMETIMES),
+    Row(Code.OVER_BUDGET, Scope.FIGURES, False, _N, Availability.NONE),
 )
 
 
@@ -78,10 +87,9 @@ TABLE: tuple[Row, ...] = (
 class Rule:
     """A table row with its catalog entry: everything qlint knows about one code."""
 
-    code: str
+    code: Code
     scope: Scope
-    full: str | None
-    static: str | None
+    static: bool
     applicability: Applicability
     availability: Availability
     name: str
@@ -105,20 +113,12 @@ class Rule:
             return "none"
         return f"{self.applicability}, {self.availability} available"
 
-    def function(self, tier: str = "full") -> Callable[..., Any]:
-        """The function producing the rule's findings in `tier` ("full" or "static")."""
-        path = self.full if tier == "full" else self.static
-        if path is None:
-            raise LookupError(f"{self.code} has no {tier}-tier function")
-        return _resolve(path)
 
-
-@cache
-def _resolve(path: str) -> Callable[..., Any]:
-    module, name = path.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def static_codes() -> tuple[str, ...]:
+def static_codes() -> tuple[Code, ...]:
     """The codes the static tier decides (`qlint check --static`)."""
-    return tuple(row.code for row in TABLE if row.static is not None)
+    return tuple(row.code for row in TABLE if row.static)
+
+
+def full_check_codes() -> tuple[Code, ...]:
+    """The codes only the full check decides (run-level QL006 aside, which both tiers report)."""
+    return tuple(row.code for row in TABLE if not row.static and row.scope != Scope.REPORT)

@@ -49,6 +49,7 @@ from qlint.rules.records import (
     Report,
     Severity,
 )
+from qlint.rules.table import Code
 from qlint.settings.config import CONFIG_MAX_BYTES, Config, Target
 from qlint.settings.options import RunOptions
 
@@ -292,10 +293,9 @@ def _finding(data: Any) -> Finding | None:
     severity = data.get("severity")
     if severity not in tuple(Severity) or severity == Severity.OFF:
         return None
-    finding = _record(Finding, data, location=location, severity=Severity(severity))
-    if finding is None or finding.code not in load_catalog():
+    if data.get("code") not in tuple(Code):
         return None
-    return finding
+    return _record(Finding, data, location=location, severity=Severity(severity), code=Code(data["code"]))
 
 
 def _contributors(data: Any) -> tuple[Contributor, ...] | None:
@@ -346,7 +346,7 @@ def _plan_memory(data: Any) -> PlanMemory | None:
 
 
 # Field annotations of the cached records -> the JSON types that may fill them.
-_TYPES: dict[Any, tuple[type, ...]] = {
+_TYPES: dict[Any, tuple[type, ...]] = {Code: (str,),
     str: (str,), int: (int,), bool: (bool,), float: (float, int),
     dict[str, Any]: (dict,), Location | None: (dict, type(None)), str | None: (str, type(None)),
     int | None: (int, type(None)),

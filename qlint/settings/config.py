@@ -20,6 +20,7 @@ from qlint.io.limits import Limits
 from qlint.io.reads import ReadError, printable, read_input
 from qlint.rules.catalog import load_catalog
 from qlint.rules.records import Severity
+from qlint.rules.table import Code
 from qlint.settings.boards import Board
 from qlint.settings.budgets import (
     COUNT_KEYS,
@@ -105,7 +106,7 @@ class Config:
     exclude: tuple[str, ...] = ()
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
-    severities: dict[str, Severity] = field(default_factory=dict)
+    severities: dict[Code, Severity] = field(default_factory=dict)
     coverage_threshold: float = 0.9
     fold: FoldGuards = field(default_factory=FoldGuards)
     limits: Limits = field(default_factory=Limits)
@@ -119,7 +120,7 @@ class Config:
         """The config file's folder: target factories are imported relative to it."""
         return self.path.parent.resolve() if self.path else Path.cwd()
 
-    def severity(self, code: str) -> Severity:
+    def severity(self, code: Code) -> Severity:
         """Effective severity: off when deselected, else the config's or the catalog's."""
         if self.select and not any(code.startswith(s) for s in self.select):
             return Severity.OFF
@@ -127,7 +128,7 @@ class Config:
             return Severity.OFF
         return self.severities.get(code) or Severity(load_catalog()[code].default_severity)
 
-    def enabled(self, code: str) -> bool:
+    def enabled(self, code: Code) -> bool:
         """Whether rule `code` runs at all: a deselected rule costs nothing."""
         return self.severity(code) != Severity.OFF
 
@@ -294,16 +295,15 @@ class _Parser:
             raise self.error(node, key, f"must be between 0 and 1, got {value}")
         return value
 
-    def key_rules(self, node: yaml.Node, key: str) -> dict[str, Severity]:
-        codes = load_catalog()
+    def key_rules(self, node: yaml.Node, key: str) -> dict[Code, Severity]:
         severities = {}
         for code, knode, value in self.mapping(node, key):
-            if code not in codes:
-                raise self.error(knode, f"{key}.{code}", f"unknown rule code (known: {', '.join(codes)})")
+            if code not in tuple(Code):
+                raise self.error(knode, f"{key}.{printable(code)}", f"unknown rule code (known: {', '.join(Code)})")
             severity = self.scalar(value, f"{key}.{code}", str)
             if severity not in tuple(Severity):
                 raise self.error(value, f"{key}.{code}", f"{severity!r} is not one of {', '.join(Severity)}")
-            severities[code] = Severity(severity)
+            severities[Code(code)] = Severity(severity)
         return severities
 
     def key_fold(self, node: yaml.Node, key: str) -> FoldGuards:

@@ -15,19 +15,21 @@ What a finding says comes from `qlint.rules.builders`, as the full check's does;
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
-from qlint.io.archive import MODEL, parse_pt2
+from qlint.io.archive import parse_pt2
 from qlint.io.reads import ReadError
-from qlint.io.wellformed import QUANT_RANGES
+from qlint.io.wellformed import MODEL, QUANT_RANGES
 from qlint.rules import builders
 from qlint.rules.builders import RUN_FULL, Term
+from qlint.rules.catalog import enabled_rules
 from qlint.rules.ops import OFFSET_OPS, SCALE_OPS
 from qlint.rules.qparams import QParams
 from qlint.rules.records import ArtifactStats, Finding, Location, Report
 from qlint.rules.source import locate
+from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config
 from qlint.settings.guards import blocked_guards
 from qlint.static.float32 import is_identity
@@ -61,10 +63,10 @@ class ScaleChain:
         return [c for _, _, c, value in self.steps if value is None]
 
     @property
-    def code(self) -> str:
+    def code(self) -> Code:
         """QL001, or QL002 when an unknown constant has several elements: whether they are equal
-        decides between the two (`analysis._step`), and the tier claims no constant scale it cannot show."""
-        return "QL002" if any(c.numel != 1 for c in self.unknown) else "QL001"
+        decides between the two (`regions._step`), and the tier claims no constant scale it cannot show."""
+        return Code.FP32_ISLAND if any(c.numel != 1 for c in self.unknown) else Code.CONSTANT_SCALE_ISLAND
 
 
 def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleChain | None:
@@ -138,7 +140,7 @@ def _step(graph: StaticGraph, node: StaticNode, max_elements: int) -> Step | Non
 def _runtime_operand(graph: StaticGraph, node: StaticNode) -> Ref | None:
     """The one runtime operand of a binary op whose other operand is constant."""
     operands = node.args[:2]
-    runtime = [a for a in operands if graph.is_runtime(a)]
+    runtime: list[Ref] = [a for a in operands if isinstance(a, Ref) and graph.is_runtime(a)]
     if len(operands) != 2 or len(runtime) != 1:
         return None
     return runtime[0]
@@ -195,7 +197,7 @@ class _Findings:
                 return found
         return None
 
-    def make(self, code: str, message: str, nodes: tuple[StaticNode, ...], **details: Any) -> Finding:
+    def make(self, code: Code, message: str, nodes: tuple[StaticNode, ...], **details: Any) -> Finding:
         return Finding(code=code, severity=self.config.severity(code), message=message, artifact=self.artifact,
                        node=nodes[0].name, location=self.location(*nodes), fixable=False, details=details)
 
@@ -214,18 +216,18 @@ def scale_finding(make: _Findings, graph: StaticGraph, chain: ScaleChain, config
     shared = {"ops": ops, "fp32_elements": sum(nodes.values()), "graph_nodes": nodes}
     if chain.unknown:
         shared["undecided"] = _undecided(chain)
-    if chain.code == "QL002":
+    if chain.code == Code.FP32_ISLAND:
         reason = (f"undecided: {_undecided(chain)}; QL001 if it holds one value (its identity verdict undecided), "
                   f"QL002 if it differs by position: {RUN_FULL}")
         message = f"fp32 island ({', '.join(ops)}), {sum(nodes.values())} fp32 elements per inference: {reason}"
-        return make.make("QL002", message, (anchor, *chain.nodes), reason=reason, identity=None, **shared)
+        return make.make(Code.FP32_ISLAND, message, (anchor, *chain.nodes), reason=reason, identity=None, **shared)
     steps = tuple((op, value) for _, op, _, value in chain.steps if value is not None)
     identity = None if chain.unknown else make.identity(qp_in, steps, qp_out)
     blocked = blocked_guards(config.fold, qp_in, [c.kind for _, _, c, _ in chain.steps], qp_out)
     message, details = builders.constant_scale(
         ops, _terms(chain), qp_in, qp_out, identity, blocked, sum(nodes.values()), nodes,
         _undecided(chain) if chain.unknown else None)
-    return make.make("QL001", message, (anchor, *chain.nodes), **details)
+    return make.make(Code.CONSTANT_SCALE_ISLAND, message, (anchor, *chain.nodes), **details)
 
 
 def _terms(chain: ScaleChain) -> list[Term]:
@@ -254,7 +256,16 @@ def _past_casts(node: StaticNode) -> StaticNode:
     return node
 
 
-def requantize_findings(make: _Findings, graph: StaticGraph) -> Iterator[Finding]:
+def scale_findings(make: _Findings, graph: StaticGraph, config: Config) -> Iterator[Finding]:
+    """QL001 of each constant scale island, and QL002 of each one whose undecided constant has several
+    elements (`ScaleChain.code`), as far as the config selects them."""
+    for chain in scale_chains(graph, config.fold.max_elements):
+        found = scale_finding(make, graph, chain, config)
+        if found is not None:
+            yield found
+
+
+def requantize_findings(make: _Findings, graph: StaticGraph, config: Config) -> Iterator[Finding]:
     for dq in graph.order:
         if dq.op != DQ or not dq.refs or not graph.is_runtime(Ref(dq.refs[0])):
             continue
@@ -265,7 +276,7 @@ def requantize_findings(make: _Findings, graph: StaticGraph) -> Iterator[Finding
             producer = [graph.nodes[r] for r in dq.refs if r in graph.nodes]
             message, details = builders.requantize(qp_in, qp_out, make.identity(qp_in, (), qp_out),
                                                    {dq.name: dq.numel, q.name: 0})
-            yield make.make("QL004", message, (q, dq, *producer), **details)
+            yield make.make(Code.REQUANTIZE_PAIR, message, (q, dq, *producer), **details)
 
 
 def lint_static(data: bytes, artifact: str, config: Config) -> Report:
@@ -279,18 +290,19 @@ def lint_static(data: bytes, artifact: str, config: Config) -> Report:
         graph = StaticGraph(archive)
         make = _Findings(artifact, config)
         findings: list[Finding] = []
-        islands = config.enabled("QL001") or config.enabled("QL002")
-        chains = scale_chains(graph, config.fold.max_elements) if islands else []
-        for chain in chains:
-            found = scale_finding(make, graph, chain, config)
-            if found is not None:
-                findings.append(found)
-        if config.enabled("QL004"):
-            findings.extend(requantize_findings(make, graph))
+        for rule in enabled_rules(Scope.REGION, config, tier="static"):
+            findings.extend(STATIC_RULES[rule.code](make, graph, config))
     except (TypeError, KeyError, AttributeError, ValueError, IndexError, OverflowError) as exc:
         raise ReadError(f"corrupt {MODEL}: {type(exc).__name__} while reading its graph") from None
-    islands_found = [f for f in findings if f.code != "QL004"]
+    islands_found = [f for f in findings if f.code != Code.REQUANTIZE_PAIR]
     stats = ArtifactStats(artifact=artifact, nodes=len(graph.order), fp32_islands=len(islands_found),
                           fp32_elements=sum(int(f.details["fp32_elements"]) for f in islands_found),
                           coverage=1.0, lowered=False, static=True)
     return Report(findings=findings, stats=[stats])
+
+
+# This tier's registry: the region rules it decides, each over the whole program.
+StaticRule: TypeAlias = Callable[[_Findings, StaticGraph, Config], Iterator[Finding]]
+STATIC_RULES: dict[Code, StaticRule] = {
+    Code.CONSTANT_SCALE_ISLAND: scale_findings, Code.REQUANTIZE_PAIR: requantize_findings,
+}

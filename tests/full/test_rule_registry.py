@@ -14,7 +14,7 @@ import qlint.graph.rules
 from qlint.api import fix
 from qlint.graph.lint import lint_program
 from qlint.rules.catalog import load_catalog
-from qlint.rules.table import TABLE, Scope, static_codes
+from qlint.rules.table import TABLE, Code, Scope, static_codes
 from qlint.settings.config import Config
 
 
@@ -53,29 +53,37 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return counts
 
 
-def test_the_rule_table_names_one_function_per_tier_for_every_catalog_rule() -> None:
-    import qlint.report.suppressions
-    import qlint.static.rules
+def test_each_tiers_registry_has_exactly_the_table_rows_of_its_scope() -> None:
+    """Every rule of the table has one function in the registry of the layer that computes it, and
+    no registry holds a code the table does not give it: the table decides what runs, typed."""
+    from qlint.report.budgets import FIGURE_RULES
+    from qlint.report.suppressions import REPORT_RULES
+    from qlint.static.rules import STATIC_RULES
 
     catalog = load_catalog()
-    assert [row.code for row in TABLE] == sorted(catalog) == sorted(load_catalog())
-    assert {code: rule.scope for code, rule in catalog.items()} == {
-        "QL001": Scope.REGION, "QL002": Scope.REGION, "QL003": Scope.LOWERING,
-        "QL004": Scope.REGION, "QL005": Scope.PROGRAM, "QL006": Scope.REPORT, "QL007": Scope.PROGRAM,
-        "QL008": Scope.REGION,
-        "QL009": Scope.FIGURES,
-    }
-    assert catalog["QL001"].function() is qlint.graph.rules.constant_scale
-    assert catalog["QL006"].function() is qlint.report.suppressions.unused_suppressions
-    assert catalog["QL004"].function("static") is qlint.static.rules.requantize_findings
-    assert static_codes() == ("QL001", "QL004")
-    for rule in catalog.values():
-        assert callable(rule.function()), rule.code
-    with pytest.raises(LookupError, match="QL003 has no static-tier function"):
-        catalog["QL003"].function("static")
-    # A function the table names exists nowhere else: no rule is registered twice or by a side door.
-    names = [row.full for row in TABLE] + [row.static for row in TABLE if row.static]
-    assert len(names) == len(set(names))
+    assert [row.code for row in TABLE] == sorted(catalog) == list(Code)
+    by_scope = {scope: {row.code for row in TABLE if row.scope == scope} for scope in Scope}
+    assert set(qlint.graph.rules.LOWERING_RULES) == by_scope[Scope.LOWERING]
+    assert set(qlint.graph.rules.REGION_RULES) == by_scope[Scope.REGION]
+    assert set(qlint.graph.rules.PROGRAM_RULES) == by_scope[Scope.PROGRAM]
+    assert set(REPORT_RULES) == by_scope[Scope.REPORT] and set(FIGURE_RULES) == by_scope[Scope.FIGURES]
+    assert set(STATIC_RULES) == set(static_codes()) == {Code.CONSTANT_SCALE_ISLAND, Code.REQUANTIZE_PAIR}
+    assert qlint.graph.rules.REGION_RULES[Code.CONSTANT_SCALE_ISLAND] is qlint.graph.rules.constant_scale
+    # A function is registered once: no rule runs twice or by a side door.
+    functions = [*qlint.graph.rules.FULL_RULES.values(), *STATIC_RULES.values(), *REPORT_RULES.values(),
+                 *FIGURE_RULES.values()]
+    assert len(functions) == len(set(functions)) == len(TABLE) + len(STATIC_RULES)
+
+
+def test_a_rule_code_is_spelled_only_in_the_rule_table() -> None:
+    """`Code` names every rule; a "QL00x" literal anywhere else in the package could drift from it."""
+    import re
+    from pathlib import Path
+
+    package = Path(qlint.graph.rules.__file__).parents[1]
+    spelled = {str(path.relative_to(package)) for path in package.rglob("*.py")
+               if re.search(r"([\"'])QL\d{3}\1", path.read_text())}
+    assert spelled == {"rules/table.py"}
 
 
 def test_each_region_is_evaluated_once_for_its_finding_and_its_fold(

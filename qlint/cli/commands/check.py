@@ -162,9 +162,9 @@ def _run_engine(args: argparse.Namespace, config: Config, options: RunOptions, p
 
 def _say_static_scope() -> None:
     """What the static tier checks and what it leaves to `qlint check`, so a clean run is not read as more."""
-    from qlint.rules.table import TABLE, static_codes
+    from qlint.rules.table import full_check_codes, static_codes
 
-    full_only = ", ".join(row.code for row in TABLE if row.static is None and row.code != "QL006")
+    full_only = ", ".join(full_check_codes())
     say(f"qlint: static tier: {' and '.join(static_codes())} from the graph of each .pt2, without lowering (an island "
         f"whose constant it cannot compute: undecided); {full_only} (budgets), config targets, .pte files and fixes "
         "need `qlint check`")

@@ -11,8 +11,9 @@ def cmd_rule(code: str) -> int:
     from qlint.rules.catalog import load_catalog, render_rule
 
     catalog = load_catalog()
-    if code.upper() not in catalog:
+    found = next((rule for known, rule in catalog.items() if known == code.upper()), None)
+    if found is None:
         say(f"qlint: error: unknown rule {printable(repr(code))} (known: {', '.join(catalog)})")
         say("Run 'qlint rules' for the list.")
         return EXIT_ERROR
-    return EXIT_OK if emit(render_rule(catalog[code.upper()]).removesuffix("\n")) else EXIT_ERROR
+    return EXIT_OK if emit(render_rule(found).removesuffix("\n")) else EXIT_ERROR
