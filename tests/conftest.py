@@ -56,8 +56,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixture = next((MODEL_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in MODEL_FIXTURES), None)
         group = name if isinstance(name, str) and name.startswith("make_") else fixture or named_model(item)
         item.add_marker(pytest.mark.xdist_group(group or item.path.name))
-        if item.path.is_relative_to(ROOT / "tests" / "slow"):
-            item.add_marker(pytest.mark.slow)
+        if any(item.path.is_relative_to(ROOT / "tests" / tier) for tier in ("slow", "integration")):
+            item.add_marker(pytest.mark.slow)  # the one rule: the tier decides, never a mark by hand
 
 
 @pytest.fixture(scope="session", autouse=True)

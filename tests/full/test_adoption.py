@@ -40,7 +40,6 @@ def findings(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     return code, json.loads(out)["findings"]
 
 
-@pytest.mark.slow
 def test_inline_suppression_silences_only_its_line_and_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = project(tmp_path)
     code, found = findings(["check", "--config", str(config), "--targets-only", "--select", "QL001"], capsys)
@@ -59,7 +58,6 @@ def test_inline_suppression_silences_only_its_line_and_code(tmp_path: Path, caps
     assert code == 0 and found == []
 
 
-@pytest.mark.slow
 def test_unused_suppressions_are_reportable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = project(tmp_path, first="  # qlint: ignore[QL001]", extra_config="rules:\n  QL006: warning\n  QL005: off\n")
     (tmp_path / "scales.py").write_text((tmp_path / "scales.py").read_text().replace(
@@ -104,7 +102,6 @@ def sam_config(folder: Path, factory: str) -> Path:
     return config
 
 
-@pytest.mark.slow
 def test_baseline_accepts_existing_findings_and_fails_on_a_new_one(sam_project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     baseline = sam_project / "qlint-baseline.json"
     config = sam_config(sam_project, "examples.sam:make_two_way_transformer")
@@ -122,7 +119,6 @@ def test_baseline_accepts_existing_findings_and_fails_on_a_new_one(sam_project: 
     ]
 
 
-@pytest.mark.slow
 def test_bad_baseline_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = project(tmp_path)
     bad = tmp_path / "baseline.json"
@@ -131,7 +127,6 @@ def test_bad_baseline_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert code == 2 and "not a qlint baseline" in err
 
 
-@pytest.mark.slow
 def test_markdown_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = project(tmp_path)
     code, out, _ = run_cli(["check", "--config", str(config), "--targets-only", "--output-format", "markdown"], capsys)

@@ -22,7 +22,6 @@ def attention(pt2_dir: Callable[[str], Path]) -> Path:
     return pt2_dir("make_attention")
 
 
-@pytest.mark.slow
 def test_select_ignore_and_off_change_results_and_exit_codes(
     attention: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -55,7 +54,6 @@ def test_unknown_selector_on_command_line(attention: Path, capsys: pytest.Captur
     assert code == 2 and "unknown rule code 'QX1'" in err
 
 
-@pytest.mark.slow
 def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """--target-cpu reaches the lowering (the real target config, recorded on its way)."""
     from qlint.graph import lowering
@@ -75,7 +73,6 @@ def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str], 
     assert used == ["cortex-m0", "cortex-m55"]  # the default
 
 
-@pytest.mark.slow
 def test_directories_are_walked_with_include_and_exclude(
     pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -92,7 +92,6 @@ def test_accounting_does_not_depend_on_the_rule_being_selected(lstm: tuple[Any, 
     assert unselected.stats.coverage == lstm_linted.stats.coverage
 
 
-@pytest.mark.slow
 def test_lstm_fix_stores_the_zero_state_and_is_bit_exact(lstm: tuple[Any, tuple[Any, ...]], lstm_linted: Any) -> None:
     program, example = lstm
     result = fix(program, [example])
@@ -110,7 +109,6 @@ def test_lstm_fix_stores_the_zero_state_and_is_bit_exact(lstm: tuple[Any, tuple[
     assert_same_outputs(lstm_linted.lowered, result.program, [example, *seeded(example)])
 
 
-@pytest.mark.slow
 def test_the_lstm_pte_reports_what_the_program_reports(lstm_linted: Any, lstm: tuple[Any, tuple[Any, ...]]) -> None:
     from qlint.fix.apply import to_pte
     from qlint.graph.pte import lint_pte
@@ -136,7 +134,6 @@ def test_a_scale_computed_from_a_parameter_is_reported_where_it_is_written(linte
     assert checked.stats.fp32_islands == 0
 
 
-@pytest.mark.slow
 def test_a_scale_ending_in_a_quantize_is_stored_as_int8(linted: Callable[..., Any],
                                                          quantized: Callable[..., Any]) -> None:
     from examples.models import make_computed_scale
@@ -175,7 +172,6 @@ def test_an_int_kernel_reading_a_float_constant_is_reported_and_left(linted: Cal
     assert not finding.fixable and finding.details["misread"] in finding.message
 
 
-@pytest.mark.slow
 def test_a_misread_constant_is_left_with_its_reason(quantized: Callable[..., Any]) -> None:
     from examples.models import make_computed_scale_quantized_mul
 
@@ -193,7 +189,6 @@ def test_the_constant_kinds_guard_applies(quantized: Callable[..., Any]) -> None
     ] and not finding.fixable
 
 
-@pytest.mark.slow
 def test_a_mask_that_mixes_integer_and_float_work_is_one_subgraph(linted: Callable[..., Any],
                                                                    quantized: Callable[..., Any]) -> None:
     """The causal mask: arange, sub and ge on integers, full, scalar_tensor and where in float."""

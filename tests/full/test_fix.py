@@ -51,7 +51,6 @@ def seeded(template: tuple[Any, ...], n: int = 8) -> list[tuple[Any, ...]]:
             for i in range(n)]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("factory", ["make_attention", "make_attention_mul", "make_multi_head"])
 def test_attention_scale_folds_and_is_bit_exact(
     fixed: Callable[..., Any], linted: Callable[..., Any], factory: str
@@ -68,7 +67,6 @@ def test_attention_scale_folds_and_is_bit_exact(
     assert_same_outputs(unfixed, result.program, seeded(example(factory)))
 
 
-@pytest.mark.slow
 def test_scale_feeding_pool_keeps_the_pool_scale(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
     unfixed = linted("make_pool").lowered
     pool_args = literal_args(unfixed, "avg_pool")
@@ -104,7 +102,6 @@ def test_table_fold_maps_all_256_inputs_like_the_island(
     assert len(set(expected.tolist())) > 10  # a real function, not a constant table
 
 
-@pytest.mark.slow
 def test_constant_first_island_becomes_a_table(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
     result = fixed("make_constant_first")
     assert [(f.code, f.kind) for f in result.summary.folds] == [("QL002", "table")]
@@ -112,7 +109,6 @@ def test_constant_first_island_becomes_a_table(fixed: Callable[..., Any], linted
     assert_same_outputs(unfixed, result.program, seeded(example("make_constant_first")))
 
 
-@pytest.mark.slow
 def test_runtime_divisor_and_layer_norm_are_left_with_reasons(fixed: Callable[..., Any]) -> None:
     result = fixed("make_runtime_divisor")
     [left] = result.summary.left
@@ -127,7 +123,6 @@ def test_runtime_divisor_and_layer_norm_are_left_with_reasons(fixed: Callable[..
     assert peak.bytes == peak.fp32_bytes == 4 * (2 * 8 * 16 + 2 * 8) and peak.input_bytes == 0
 
 
-@pytest.mark.slow
 def test_int16_guards_leave_the_island_and_say_why(fixed: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     program = quantized("make_scale", int16=True)
     result = fixed("make_scale", int16=True)
@@ -140,7 +135,6 @@ def test_int16_guards_leave_the_island_and_say_why(fixed: Callable[..., Any], qu
     assert "aten.div.Tensor" not in ops(result.program)
 
 
-@pytest.mark.slow
 def test_fix_is_idempotent(fixed: Callable[..., Any]) -> None:
     result = fixed("make_multi_head")
     again = run_rules(GraphView(result.program), "mha", Config())
@@ -164,7 +158,6 @@ def sam_fixed(sam_pt2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     return {"code": code, **json.loads(buffer.getvalue())}, out_dir / f"{sam_pt2.stem}.pte"
 
 
-@pytest.mark.slow
 def test_sam_memory_plot_draws_the_reported_plan(sam_fixed: tuple[dict[str, Any], Path]) -> None:
     from qlint.report.formats import fix_lines
     from qlint.report.memory_plot import figure
@@ -203,7 +196,6 @@ def test_sam_memory_plot_draws_the_reported_plan(sam_fixed: tuple[dict[str, Any]
     assert "![memory.svg](<memory.svg>)" in (pte.parent.parent / "summary.md").read_text()
 
 
-@pytest.mark.slow
 def test_sam_fix(sam_fixed: tuple[dict[str, Any], Path]) -> None:
     data, pte = sam_fixed
     assert data["code"] == 0  # only warnings (LayerNorm) remain
@@ -237,7 +229,6 @@ def test_sam_fix(sam_fixed: tuple[dict[str, Any], Path]) -> None:
     assert list(program.execution_plan[0].non_const_buffer_sizes)[1:] and sum(program.execution_plan[0].non_const_buffer_sizes) == after
 
 
-@pytest.mark.slow
 def test_sam_fixed_outputs_match_on_8_seeded_inputs(quantized: Callable[..., Any], linted: Callable[..., Any]) -> None:
     from examples.sam import make_two_way_transformer
 
@@ -248,7 +239,6 @@ def test_sam_fixed_outputs_match_on_8_seeded_inputs(quantized: Callable[..., Any
     assert_same_outputs(unfixed.lowered, result.program, seeded(template))
 
 
-@pytest.mark.slow
 def test_fixed_pte_checks_clean(sam_fixed: tuple[dict[str, Any], Path], capsys: pytest.CaptureFixture[str]) -> None:
     _, pte = sam_fixed
     code, data = run_json(["check", str(pte)], capsys)
@@ -332,7 +322,6 @@ def test_verification_mismatch_writes_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.pt2"]
 
 
-@pytest.mark.slow
 def test_chain_with_reshape_folds_to_a_table_after_the_reshape(
     fixed: Callable[..., Any], linted: Callable[..., Any]
 ) -> None:
@@ -344,7 +333,6 @@ def test_chain_with_reshape_folds_to_a_table_after_the_reshape(
     assert_same_outputs(unfixed.lowered, result.program, seeded(example("make_scale_chain")))
 
 
-@pytest.mark.slow
 def test_int16_scale_that_cannot_fold_exactly_is_left_with_the_count(quantized: Callable[..., Any]) -> None:
     program = quantized("make_scale_into_concat", int16=True)
     config = Config(fold=FoldGuards(dtypes=("int8", "int16")))
@@ -357,7 +345,6 @@ def test_int16_scale_that_cannot_fold_exactly_is_left_with_the_count(quantized: 
     assert "aten.div.Tensor" in ops(result.program)
 
 
-@pytest.mark.slow
 def test_int16_power_of_two_scale_folds_into_the_output_quantize(quantized: Callable[..., Any]) -> None:
     """x / 2 into a concat's shared quantizer: not an identity, exact as a rescale."""
     program = quantized("make_half_into_concat", int16=True)
@@ -386,7 +373,6 @@ def test_int16_power_of_two_scale_folds_into_the_output_quantize(quantized: Call
     ("make_scale_through_transpose", "table", "aten.permute_copy.default"),
     ("make_split_island", "table", "aten.split_with_sizes_copy.default"),
 ])
-@pytest.mark.slow
 def test_shape_ops_inside_an_island_are_replayed_on_the_integers(
     fixed: Callable[..., Any], linted: Callable[..., Any], factory: str, kind: str, replayed: str
 ) -> None:
@@ -400,7 +386,6 @@ def test_shape_ops_inside_an_island_are_replayed_on_the_integers(
     assert_same_outputs(unfixed, result.program, seeded(example(factory)))
 
 
-@pytest.mark.slow
 def test_a_dtype_conversion_inside_an_island_is_evaluated_not_replayed(
     fixed: Callable[..., Any], linted: Callable[..., Any]
 ) -> None:
@@ -424,7 +409,6 @@ def test_a_dtype_conversion_inside_an_island_is_evaluated_not_replayed(
     assert_same_outputs(unfixed, result.program, seeded(example("make_half_precision_island")))
 
 
-@pytest.mark.slow
 def test_a_per_channel_constant_is_reported_and_left_not_evaluated(
     fixed: Callable[..., Any], quantized: Callable[..., Any]
 ) -> None:
@@ -442,7 +426,6 @@ def test_a_per_channel_constant_is_reported_and_left_not_evaluated(
         "expand-broadcasts remedy, qlint fix --unsafe-fixes)"]
 
 
-@pytest.mark.slow
 def test_a_uniform_vector_constant_folds_like_a_scalar(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
     result = fixed("make_uniform_vector_scale")
     [fold] = result.summary.folds  # QL002: the island is x / w then abs
@@ -468,7 +451,6 @@ def test_a_program_executorch_cannot_serialize_is_a_one_line_error() -> None:
     )
 
 
-@pytest.mark.slow
 def test_a_scale_with_an_in_graph_mask_folds_bit_exact(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
     result = fixed("make_masked_attention")
     assert sorted((f.code, f.kind) for f in result.summary.folds) == [("QL001", "identity"), ("QL004", "table")]
@@ -480,7 +462,6 @@ def test_a_scale_with_an_in_graph_mask_folds_bit_exact(fixed: Callable[..., Any]
     assert_same_outputs(unfixed, result.program, seeded(example("make_masked_attention")))
 
 
-@pytest.mark.slow
 def test_fix_refuses_a_lowered_program_that_cannot_run(quantized: Callable[..., Any]) -> None:
     from qlint.fix.apply import FixError
 

@@ -360,7 +360,6 @@ def bombs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"json": json_bomb, "inputs": inputs_bomb}
 
 
-@pytest.mark.slow
 def test_decompression_bombs_are_refused_before_inflating(
     bombs: dict[str, Path], good: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -392,7 +391,6 @@ def assert_linted_or_refused(bad: Path, good: Path, capsys: pytest.CaptureFixtur
         assert data["errors"] == [] and lines == []
 
 
-@pytest.mark.slow
 @FUZZ
 @given(
     flips=st.lists(st.tuples(st.integers(0, EXAMPLE.stat().st_size - 1), st.integers(1, 255)), min_size=1, max_size=4)
@@ -430,7 +428,6 @@ MODEL_JSON = json.loads(dict(entries())["attention/models/model.json"])
 MODEL_PATHS = [p for p in json_paths(MODEL_JSON) if p]
 
 
-@pytest.mark.slow
 @FUZZ
 @given(path=st.sampled_from(MODEL_PATHS), value=JSON_VALUES)
 def test_json_mutations(
@@ -461,7 +458,6 @@ def probe(args: list[str], cwd: Path, timeout: float = 300) -> tuple[int, str, s
     return result.returncode, result.stdout, err, rss * 1024
 
 
-@pytest.mark.slow
 def test_special_files_do_not_hang_and_stay_bounded(tmp_path: Path, good: Path) -> None:
     fifo = tmp_path / "fifo.pt2"
     os.mkfifo(fifo)
@@ -494,7 +490,6 @@ def test_oversized_artifact_is_refused_unread(tmp_path: Path, good: Path, capsys
     assert message == "artifact is 68157440 bytes, over the 67108864-byte limit (limits.file_mb in .qlint.yaml)"
 
 
-@pytest.mark.slow
 def test_bombs_and_traps_stay_under_a_gibibyte(bombs: dict[str, Path], tmp_path: Path) -> None:
     """The stack traces name /dev/zero, and a link inside the repository to it: suppressions read neither."""
 
@@ -610,7 +605,6 @@ YAML_TOKENS = st.sampled_from(
 )
 
 
-@pytest.mark.slow
 @FUZZ
 @given(tokens=st.lists(YAML_TOKENS, max_size=40))
 def test_config_fuzz_never_raises(tokens: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -693,7 +687,6 @@ def factory_project(tmp_path: Path, targets: list[tuple[str, str]], extra: str =
     return config
 
 
-@pytest.mark.slow
 def test_factories_that_exit_or_crash_are_one_line_each(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -726,7 +719,6 @@ def test_factories_that_exit_or_crash_are_one_line_each(
     assert {f["artifact"] for f in data["findings"] if f["code"] == "QL001"} == {"attention.pt2", "target:noisy"}
 
 
-@pytest.mark.slow
 def test_hanging_factory_times_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -741,7 +733,6 @@ def test_hanging_factory_times_out(
     assert [s["artifact"] for s in data["artifacts"]] == ["attention.pt2"]
 
 
-@pytest.mark.slow
 def test_two_targets_from_a_module_that_registers_operators(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = factory_project(tmp_path, [("first", "ops_at_import:first"), ("second", "ops_at_import:second")])
     code, out, err = run_cli(["check", "--config", str(config), "--targets-only", "--output-format", "json"], capsys)
@@ -767,7 +758,6 @@ TAMPERED: dict[str, Callable[[dict[str, Any]], Any]] = {
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("tamper", list(TAMPERED))
 def test_tampered_cache_entry_is_recomputed(
     tamper: str, tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
@@ -785,7 +775,6 @@ def test_tampered_cache_entry_is_recomputed(
     assert cache_entry(entry) == honest  # rewritten
 
 
-@pytest.mark.slow
 def test_unreadable_cache_entries(tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cache = tmp_path / "cache"
     args = ["check", "--cache-dir", str(cache), str(good), "--output-format", "json"]
@@ -895,7 +884,6 @@ class Shared:
         return self.offset
 
 
-@pytest.mark.slow
 def test_pte_whose_tables_are_shared_stays_in_its_memory_budget(
     shipped: Path, tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

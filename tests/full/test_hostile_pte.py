@@ -207,7 +207,6 @@ def outcome(checked: dict[str, Any], name: str) -> tuple[Any, Any, Any]:
     return (stats or [None])[0], (plans or [None])[0], (errors or [None])[0]
 
 
-@pytest.mark.slow
 def test_the_run_ends_with_a_report_and_one_line_per_refusal(checked: dict[str, Any]) -> None:
     assert checked["code"] == 2  # some are refused
     assert not any("Traceback" in line for line in checked["err"]), checked["err"]
@@ -216,7 +215,6 @@ def test_the_run_ends_with_a_report_and_one_line_per_refusal(checked: dict[str, 
     assert checked["sizes"]["overlapping.pte"] < 3 << 20
 
 
-@pytest.mark.slow
 def test_fifty_thousand_instructions_over_overlapping_lifetimes_are_read(checked: dict[str, Any]) -> None:
     """Every tensor is live from its first write to its last: covering the live set anew at
     every step would cost 50,000 x 5,000; the timeline is one sweep."""
@@ -226,7 +224,6 @@ def test_fifty_thousand_instructions_over_overlapping_lifetimes_are_read(checked
     assert plan["peak"]["bytes"] == plan["arena_bytes"] == 128  # both offsets, aliases counted once
 
 
-@pytest.mark.slow
 def test_one_list_read_by_every_instruction_is_refused(checked: dict[str, Any]) -> None:
     """50,000 instructions reading one 10,000-tensor list: 500 million reads from 2.4 MB."""
     _, _, error = outcome(checked, "shared-list.pte")
@@ -234,13 +231,11 @@ def test_one_list_read_by_every_instruction_is_refused(checked: dict[str, Any]) 
                      "entries (limits.pte_entries in .qlint.yaml)")
 
 
-@pytest.mark.slow
 def test_a_constant_reduced_thirty_thousand_times_is_not_computed(checked: dict[str, Any]) -> None:
     stats, plan, error = outcome(checked, "reductions.pte")
     assert error is None and stats["nodes"] == 30_000 and plan["peak"]["bytes"] == 8
 
 
-@pytest.mark.slow
 def test_sizes_near_the_integer_limits(checked: dict[str, Any]) -> None:
     """Two dimensions of 2**31 - 1 bytes fit in int64 and are read as declared; three overflow
     the element count and are refused."""
@@ -250,7 +245,6 @@ def test_sizes_near_the_integer_limits(checked: dict[str, Any]) -> None:
     assert error.startswith("not a valid .pte program: "), error
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name, limit", [
     ("many-instructions.pte", "declares over 100000 instructions (limits.pte_instructions in .qlint.yaml)"),
     ("many-values.pte", "declares over 500000 values, instructions and other tables "

@@ -274,7 +274,6 @@ def test_an_enormous_full_is_refused_before_anything_is_built(
         "node 'n3' builds a tensor of over 268435456 bytes (limits in .qlint.yaml)")
 
 
-@pytest.mark.slow
 def test_a_payload_longer_than_its_view_is_read_as_torch_reads_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -52,7 +52,6 @@ def channels_last(tmp_path_factory: pytest.TempPathFactory) -> Written:
     return Written(folder, code, json.loads(out.read_text()))
 
 
-@pytest.mark.slow
 def test_an_sram_budget_below_the_arena_fails_naming_the_tensors_at_the_peak(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = project(tmp_path, "targets:\n  - {name: kws, factory: kws:make, budgets: {sram: 32KiB}}\n")
@@ -85,7 +84,6 @@ def test_an_sram_budget_below_the_arena_fails_naming_the_tensors_at_the_peak(
     assert found["figures"][0]["flash_bytes"] == flash
 
 
-@pytest.mark.slow
 def test_the_figures_are_executorchs_own_for_the_pte_fix_writes(channels_last: Written, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from executorch.exir._serialize._program import deserialize_pte_binary
@@ -121,7 +119,6 @@ def test_the_figures_are_executorchs_own_for_the_pte_fix_writes(channels_last: W
         assert as_shipped[key] == figures[key], key
 
 
-@pytest.mark.slow
 def test_compare_shows_what_dropping_channels_last_did_and_a_growth_limit_fails_it(
         channels_last: Written, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     metrics = channels_last.folder / "m.json"  # the base: the channels_last build

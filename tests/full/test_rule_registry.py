@@ -130,7 +130,6 @@ def test_a_deselected_rule_does_no_analysis(
     assert calls == Counter({"classify": 1}) and evaluations == Counter()
 
 
-@pytest.mark.slow
 def test_fix_leaves_what_a_deselected_rule_would_fold(fixed: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     """ruff's rule: --fix fixes only what the selected rules report."""
     from qlint.graph.islands import requantize_pairs

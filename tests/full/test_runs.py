@@ -6,14 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, cache_entry, rewrite_cache_entry, run_cli
 
-pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
 
 PROBE = (
     "import sys\n"

@@ -26,12 +26,8 @@ def only(findings: list[Any], code: str) -> Any:
     ("factory", "op", "value", "line_text"),
     [
         ("make_attention", "div", 4.0, "scores = scores / math.sqrt(self.dim)"),
-        pytest.param("make_attention_mul", "mul", 0.25, "scores = scores * (1.0 / math.sqrt(self.dim))",
-                     marks=pytest.mark.slow),
-        pytest.param(
-            "make_multi_head", "div", 8 ** 0.5, "attn = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)",
-            marks=pytest.mark.slow,
-        ),
+        ("make_attention_mul", "mul", 0.25, "scores = scores * (1.0 / math.sqrt(self.dim))"),
+        ("make_multi_head", "div", 8 ** 0.5, "attn = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
     ],
 )
 def test_attention_scale_is_ql001(linted: Callable[..., Any], quantized: Callable[..., Any], factory: str, op: str, value: float, line_text: str) -> None:
@@ -79,7 +75,6 @@ def test_constant_first_operand_is_not_ql001(linted: Callable[..., Any], quantiz
     assert "constant-first operand" in finding.details["reason"]
 
 
-@pytest.mark.slow
 def test_runtime_divisor_is_not_ql001(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     checked = linted("make_runtime_divisor")
     assert "QL001" not in codes(checked.findings)
@@ -118,7 +113,6 @@ def test_int16_scale_names_the_dtype_guard(linted: Callable[..., Any], quantized
     assert finding.details["blocked_by"] == [] and finding.fixable
 
 
-@pytest.mark.slow
 def test_constant_kind_guard(quantized: Callable[..., Any]) -> None:
     config = Config(fold=FoldGuards(constant_kinds=("parameter",)))
     finding = only(lint_program(quantized("make_attention"), "a", config).findings, "QL001")
@@ -141,7 +135,6 @@ def test_stock_lowering_crash_is_ql003_and_quantized_program_still_analysed(quan
     assert checked.stats.lowered is False
 
 
-@pytest.mark.slow
 def test_coverage_counts_int_kernels(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     checked = linted("make_multi_head")
     finding = only(checked.findings, "QL005")
@@ -153,7 +146,6 @@ def test_coverage_counts_int_kernels(linted: Callable[..., Any], quantized: Call
     assert "QL005" not in codes(lint_program(quantized("make_multi_head"), "mha", relaxed).findings)
 
 
-@pytest.mark.slow
 def test_chain_with_reshape_is_one_ql001(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     checked = linted("make_scale_chain")
     finding = only(checked.findings, "QL001")
@@ -187,7 +179,6 @@ def test_an_in_graph_mask_that_masks_nothing_is_part_of_a_ql001_scale(linted: Ca
                                               "aten.full.default") and not mask.fixable
 
 
-@pytest.mark.slow
 def test_a_causal_mask_differs_by_position(linted: Callable[..., Any]) -> None:
     finding = only(linted("make_causal_attention").findings, "QL002")
     assert finding.details["reason"].startswith("constant aten_where_self differs by position (64 elements)")
@@ -209,7 +200,6 @@ def test_an_int8_tensor_left_to_a_float_op_is_ql007(linted: Callable[..., Any]) 
     assert clean.findings == [] and clean.stats.coverage == 1.0
 
 
-@pytest.mark.slow
 def test_an_int16_clamp_with_float_bounds_is_ql007(linted: Callable[..., Any]) -> None:
     finding = only(linted("make_clamp", int16=True).findings, "QL007")
     assert finding.message == (
@@ -219,7 +209,6 @@ def test_an_int16_clamp_with_float_bounds_is_ql007(linted: Callable[..., Any]) -
     assert finding.location.code == "return x.clamp(-1.0, 1.0)"
 
 
-@pytest.mark.slow
 def test_a_transformer_encoder_is_exported_without_the_fused_fast_path(linted: Callable[..., Any]) -> None:
     """Under no_grad the layer would export as one aten._transformer_encoder_layer_fwd (0 % int8)."""
     import torch
@@ -273,7 +262,6 @@ def test_causes_name_a_missing_pattern_and_merge_ops_with_one_cause() -> None:
     assert sdpa.why.startswith("part of F.scaled_dot_product_attention") and "unfused" in sdpa.remedy
 
 
-@pytest.mark.slow
 def test_a_broadcast_mask_input_names_the_add_check_and_the_expand(linted: Callable[..., Any]) -> None:
     """`scores / c + mask` with a [1, 1, 1, n] mask input: the add stays fp32 because
     CortexMAddMulCheck refuses the broadcast (measured: with `mask.expand(...)` the add is int8)."""

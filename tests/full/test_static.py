@@ -55,7 +55,6 @@ def key(finding: Any) -> tuple[Any, ...]:
             json.dumps(details["output_qparams"], sort_keys=True), details["identity"])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", CORPUS)
 def test_static_findings_equal_the_full_checks(name: str, linted: Callable[..., Any],
                                                pt2_dir: Callable[[str], Path]) -> None:
@@ -73,7 +72,6 @@ def test_static_findings_equal_the_full_checks(name: str, linted: Callable[..., 
     assert stats.static and stats.fp32_islands == sum(1 for f in full if f.code != "QL004")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", CORPUS)
 def test_emulated_float32_equals_torch_on_every_input_integer(name: str, linted: Callable[..., Any]) -> None:
     """Every constant scale island and requantize pair the full check evaluates with torch, every
@@ -279,7 +277,6 @@ def test_a_constant_the_static_tier_cannot_compute_leaves_the_island_undecided()
     assert [f.code for f in lint_static(crafted, "crafted.pt2", Config()).findings] == ["QL004"]
 
 
-@pytest.mark.slow
 def test_levit_attention_biases_are_computed_as_initialized_and_undecided_once_trained(
     pt2_dir: Callable[[str], Path]
 ) -> None:

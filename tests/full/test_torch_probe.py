@@ -7,11 +7,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from conftest import TORCH_PROBE
 
 
-@pytest.mark.slow
 def test_probe_detects_torch(pt2_dir: Callable[[str], Path]) -> None:
     """The probe can fail: a command that reads a program does import torch."""
     result = subprocess.run(

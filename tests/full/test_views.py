@@ -78,7 +78,6 @@ def test_overlay_of_the_bundled_example_matches_model_explorers_ids(
                       "dequantize_per_tensor_6": 64, "quantize_per_tensor_7": 0}
 
 
-@pytest.mark.slow
 def test_overlay_of_sam_marks_every_island_node(sam_pt2: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     _, data = run_json(["check", str(sam_pt2), "--write", f"model-explorer:{tmp_path}"], capsys)
@@ -102,7 +101,6 @@ print(json.dumps({g.id: {n.id: n.label for n in g.nodes} for g in collection.gra
 """
 
 
-@pytest.mark.slow
 def test_overlay_of_a_pte_matches_the_pte_adapters_ids(
     attention_plan: tuple[Path, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -21,3 +21,11 @@ def test_mypy_is_clean() -> None:
     result = run("mypy")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Success: no issues found" in result.stdout
+
+
+def test_the_unit_tier_runs_without_torch() -> None:
+    """In a session of its own, where `test_torch_free` is not skipped (in a session that runs other
+    tiers too, torch is theirs): the unit tier and the conftest all tiers share never import torch."""
+    result = run("pytest", "tests/unit", "-p", "no:xdist", "-o", "addopts=", "-q", "-rA", "-p", "no:cacheprovider")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "PASSED tests/unit/test_torch_free.py::test_the_unit_tier_never_imports_the_stack" in result.stdout

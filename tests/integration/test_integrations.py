@@ -19,8 +19,6 @@ import pytest
 import yaml
 from conftest import KWS, ROOT
 
-pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
-
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "qlint tests", "GIT_AUTHOR_EMAIL": "tests@example.invalid",
     "GIT_COMMITTER_NAME": "qlint tests", "GIT_COMMITTER_EMAIL": "tests@example.invalid",

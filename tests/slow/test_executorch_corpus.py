@@ -24,8 +24,6 @@ from conftest import ROOT
 
 from qlint.graph import conditions
 
-pytestmark = pytest.mark.slow
-
 
 @dataclass
 class Run:

@@ -48,7 +48,6 @@ def test_sqnr_is_signal_over_noise_in_decibels() -> None:
     assert sqnr_db([torch.zeros(2)], [ones]) == -math.inf
 
 
-@pytest.mark.slow
 def test_channels_last_takes_an_nchw_resnet_to_full_int8(remediated: Callable[..., Remediated]) -> None:
     done = remediated("resnet")
     base = done.report.baseline
@@ -68,7 +67,6 @@ def test_channels_last_takes_an_nchw_resnet_to_full_int8(remediated: Callable[..
     assert "model = model.to(memory_format=torch.channels_last)" in text
 
 
-@pytest.mark.slow
 def test_unfused_attention_turns_the_transformer_encoder_attention_into_int8_kernels(
     remediated: Callable[..., Remediated],
 ) -> None:
@@ -90,7 +88,6 @@ def test_unfused_attention_turns_the_transformer_encoder_attention_into_int8_ker
     assert "unfuse_attention(" in text
 
 
-@pytest.mark.slow
 def test_a_remedy_over_the_sqnr_guard_is_refused_with_its_numbers(remediated: Callable[..., Remediated]) -> None:
     from examples.zoo import ZOO
 
@@ -116,7 +113,6 @@ def two_layer_encoder() -> tuple[torch.nn.Module, tuple[torch.Tensor], list[tupl
     return model, batches[0], batches
 
 
-@pytest.mark.slow
 def test_int8_layernorm_takes_a_two_layer_transformer_encoder_to_int8_kernels_only() -> None:
     model, example, calibration = two_layer_encoder()
     names = [RemedyName.UNFUSED_ATTENTION, RemedyName.INT8_LAYERNORM]
@@ -133,7 +129,6 @@ def test_int8_layernorm_takes_a_two_layer_transformer_encoder_to_int8_kernels_on
     assert "rebuild_layer_norms(" in text and "after: int8 coverage 100%, 0 fp32 ops, 0 fp32 elements" in text
 
 
-@pytest.mark.slow
 def test_int8_layernorm_on_bert_leaves_the_layer_norm_that_costs_the_accuracy_in_float() -> None:
     """All five LayerNorms rebuilt drop the SQNR past the guard; measured one by one, the embeddings'
     costs it, so the remedy is kept at the other four and the report names the one left."""
@@ -160,7 +155,6 @@ def test_int8_layernorm_on_bert_leaves_the_layer_norm_that_costs_the_accuracy_in
     assert ".module(), skip={'model.embeddings.LayerNorm'})" in text
 
 
-@pytest.mark.slow
 def test_derived_scale_qparams_leaves_sam_no_table_and_every_scale_an_identity(
     remediated: Callable[..., Remediated],
 ) -> None:
@@ -177,7 +171,6 @@ def test_derived_scale_qparams_leaves_sam_no_table_and_every_scale_an_identity(
     assert "256-entry table folds 7 -> 0" in kept.reason
 
 
-@pytest.mark.slow
 def test_int8_io_shrinks_sams_arena_and_reports_what_the_application_feeds(
     remediated: Callable[..., Remediated],
 ) -> None:
@@ -248,7 +241,6 @@ class ConvThenView(torch.nn.Module):
         return self.fc(y.view(y.shape[0], -1))
 
 
-@pytest.mark.slow
 def test_a_remedy_that_breaks_export_fails_with_its_cause_and_the_target_is_built_without_it() -> None:
     torch.manual_seed(0)
     example = (torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0)),)
@@ -307,7 +299,6 @@ def make():
 '''
 
 
-@pytest.mark.slow
 def test_fix_with_unsafe_fixes_builds_the_target_channels_last_and_reports_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -346,7 +337,6 @@ def test_fix_with_unsafe_fixes_builds_the_target_channels_last_and_reports_it(
     assert [(o["remedy"], o["status"]) for o in remedied["outcomes"]] == [("unfused-attention", "skipped")]
 
 
-@pytest.mark.slow
 def test_the_api_builds_remedies_folds_and_returns_a_verified_pte() -> None:
     from qlint.api import remedy
     from qlint.graph.pte import lint_pte

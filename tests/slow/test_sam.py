@@ -14,8 +14,6 @@ from conftest import ROOT
 
 from qlint.cli.main import main
 
-pytestmark = pytest.mark.slow  # SAM-sized models or whole-process runs
-
 ATTN_LINE = "attn = attn / math.sqrt(c_per_head)"
 SOURCE = "segment_anything/modeling/transformer.py"
 

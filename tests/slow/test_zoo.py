@@ -15,8 +15,6 @@ from qlint.graph.pte import lint_pte
 from qlint.graph.view import op_name
 from qlint.settings.config import Config
 
-pytestmark = pytest.mark.slow
-
 ZOO_MODELS = [f"make_{name}" for name in ZOO]
 # Attention layers whose scale is a `div`/`mul` island between quantized ops.
 SCALES = {"make_bert": 2, "make_distilbert": 1, "make_vit": 1, "make_whisper_encoder": 2, "make_mobilevit": 2}

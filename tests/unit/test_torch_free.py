@@ -1,4 +1,7 @@
-"""The unit tier runs without torch: its tests, and the conftest every tier shares, never import it."""
+"""The unit tier runs without torch: its tests, and the conftest every tier shares, never import it.
+
+In a session that runs other tiers too, torch is theirs and this is skipped;
+`tests/integration/test_code_quality.py` runs the unit tier in a session of its own, where it is not."""
 
 from __future__ import annotations
 
