@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, run_json
+from conftest import run_json
 
 
 
@@ -47,11 +47,6 @@ def test_select_ignore_and_off_change_results_and_exit_codes(
 
     code, _ = run_json(["check", str(attention), "--exit-zero"], capsys)
     assert code == 0
-
-
-def test_unknown_selector_on_command_line(attention: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_cli(["check", str(attention), "--select", "QX1"], capsys)
-    assert code == 2 and "unknown rule code 'QX1'" in err
 
 
 def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

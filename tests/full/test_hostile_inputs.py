@@ -823,6 +823,7 @@ def test_a_name_with_a_newline_stays_on_one_line(
             "entry 1 is not {key: text, count: whole number >= 0}",
         ),
         ('{"qlint-baseline": 1, "findings": {}}', "not a qlint baseline (no qlint-baseline: 1 and findings list)"),
+        ("[]", "not a qlint baseline (no qlint-baseline: 1 and findings list)"),
         ("[" * 100_000, "not a qlint baseline (RecursionError)"),
     ],
 )
