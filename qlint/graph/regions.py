@@ -1,7 +1,8 @@
 """One record per fp32 island, constant subgraph and requantize pair: what it is, why, what blocks a fold.
 
-Both the rules (`checks`) and the fold planner (`folds`) read these records, so
-neither imports the other's layer. The exhaustive evaluation of a region (every
+The rules (`graph.rules`) and the fold planner (`graph.folds`) both read these records: the
+rules ask the planner whether a region has a fold (`plan_region`), and the planner never reads a
+finding. The exhaustive evaluation of a region (every
 integer of its input dtype through the graph's own ops) is the expensive part:
 a record computes it at most once, on first use, and a run shares it between the
 finding, the fold plan and the check of the fixed program.

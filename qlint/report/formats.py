@@ -32,10 +32,6 @@ SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 
 
-def _where(f: Finding) -> str:
-    return f"{f.location}" if f.location else f.artifact
-
-
 def by_cause(findings: list[Finding]) -> list[list[Finding]]:
     """Findings in report order, with the QL002 islands of one artifact that share a cause gathered
     where the first of them stands: a network of 50 NCHW convolutions is one root cause, not 50."""

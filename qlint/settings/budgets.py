@@ -19,7 +19,6 @@ from qlint.settings.boards import Board, builtin_boards
 
 SIZE_KEYS = ("sram", "flash")
 COUNT_KEYS = ("fp32_elements", "fp32_islands")
-LIMIT_KEYS = (*SIZE_KEYS, *COUNT_KEYS, "coverage")
 GROWTH_KEYS = (*SIZE_KEYS, *COUNT_KEYS, "coverage")
 # A share or a growth: plain ASCII decimals, as sizes and counts are (`qlint.settings.sizes`).
 _DECIMAL = r"([0-9]{1,12}(?:\.[0-9]{1,12})?)"

@@ -526,7 +526,7 @@ remedy_max_sqnr_drop_db: 1.0
 # writes (a .pte: as shipped). Sizes in bytes, KiB or MiB; `board:` takes sram and flash from
 # a board (docs/budgets.md lists them); `growth:` limits apply with `--compare FILE`.
 # budgets:
-#   sram: 64KiB                  # the planned activation arena
+#   sram: 64KiB                  # the planned activation arena and the method allocator
 #   flash: 256KiB                # the .pte's length
 #   fp32_islands: 0
 #   coverage: 90%                # a minimum

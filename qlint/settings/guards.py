@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
 
+from qlint.rules.qparams import QParams
 from qlint.settings.config import ConstantKind, FoldGuards
 
 
-class QRange(Protocol):
-    """What the guards read of a region's qparams (`graph_view.QParams` and `exact.QParams` both)."""
-
-    @property
-    def dtype(self) -> str: ...
-
-    @property
-    def qmin(self) -> int: ...
-
-    @property
-    def qmax(self) -> int: ...
-
-
 def blocked_guards(
-    guards: FoldGuards, qp_in: QRange | None, kinds: Iterable[ConstantKind], qp_out: QRange | None = None
+    guards: FoldGuards, qp_in: QParams | None, kinds: Iterable[ConstantKind], qp_out: QParams | None = None
 ) -> list[str]:
     """The fold guards that forbid folding a region: the one place guards are checked.
 

@@ -67,7 +67,7 @@ def quantize(x: float, qp: QParams) -> int:
     return int(min(max(shifted, qp.qmin), qp.qmax))
 
 
-def _every_output(qp_in: QParams, steps: Sequence[tuple[str, float]], qp_out: QParams) -> tuple[Any, Any]:
+def every_output(qp_in: QParams, steps: Sequence[tuple[str, float]], qp_out: QParams) -> tuple[Any, Any]:
     """The island on every integer of the input dtype at once, in numpy float32 (IEEE like the
     scalar steps above, 65,536 integers in well under a millisecond): the output integers (int64)
     and where a NaN reached the quantize."""
@@ -86,15 +86,6 @@ def _every_output(qp_in: QParams, steps: Sequence[tuple[str, float]], qp_out: QP
         return np.clip(shifted, qp_out.qmin, qp_out.qmax).astype(np.int64), nan
 
 
-def island_outputs(qp_in: QParams, steps: Sequence[tuple[str, float]], qp_out: QParams) -> list[int]:
-    """The output integer for every integer of the input dtype. A step is `x op c` (for add and
-    mul a constant first operand gives the same float32 result: IEEE `+` and `*` commute)."""
-    outputs, nan = _every_output(qp_in, steps, qp_out)
-    if nan.any():
-        raise ValueError("NaN reaches a quantize")
-    return [int(v) for v in outputs]
-
-
 @lru_cache(maxsize=4096)
 def is_identity(qp_in: QParams, steps: tuple[tuple[str, float], ...], qp_out: QParams) -> bool:
     """quantize(f(dequantize(q))) == q for every q the input's producer can emit ([qmin, qmax]),
@@ -104,7 +95,7 @@ def is_identity(qp_in: QParams, steps: tuple[tuple[str, float], ...], qp_out: QP
 
     if qp_out.dtype != qp_in.dtype:
         return False
-    outputs, nan = _every_output(qp_in, steps, qp_out)
+    outputs, nan = every_output(qp_in, steps, qp_out)
     low = QUANT_RANGES[qp_in.dtype][0]
     inside = outputs[qp_in.qmin - low: qp_in.qmax - low + 1]
     return not nan.any() and bool(np.array_equal(inside, np.arange(qp_in.qmin, qp_in.qmax + 1)))

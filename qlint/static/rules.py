@@ -72,7 +72,7 @@ class ScaleChain:
 def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleChain | None:
     """The constant scale island through `start`, an affine op with one constant operand; None
     where the full check calls the island QL002 whatever the value of a constant the tier cannot
-    compute (`analysis.classify`)."""
+    compute (`graph.regions.classify`)."""
     dq_side = _runtime_operand(graph, start)
     if dq_side is None or _quantized_constant(graph, start, dq_side):
         return None
@@ -122,7 +122,7 @@ def _island_end(graph: StaticGraph, start: StaticNode) -> StaticNode | None:
 
 
 def _step(graph: StaticGraph, node: StaticNode, max_elements: int) -> Step | None:
-    """One `x op c` of a scale island (`analysis._step`), or None where it makes the island QL002."""
+    """One `x op c` of a scale island (`graph.regions._step`), or None where it makes the island QL002."""
     operand = next(a for a in node.args[:2] if not graph.is_runtime(a))
     constant = graph.constant(operand)
     if constant is None or constant.value is None or node.kwargs.get("alpha", 1) != 1:
@@ -180,7 +180,7 @@ class _Findings:
         self.evaluated = 0  # input integers the distinct verdicts so far cost
 
     def identity(self, qp_in: QParams, steps: tuple[tuple[str, float], ...], qp_out: QParams) -> bool:
-        """`exact.is_identity`, within the program's evaluation budget (a ReadError past it)."""
+        """`float32.is_identity`, within the program's evaluation budget (a ReadError past it)."""
         if (qp_in, steps, qp_out) not in self.decided:
             self.decided.add((qp_in, steps, qp_out))
             low, high = QUANT_RANGES[qp_in.dtype]
