@@ -21,6 +21,7 @@ from qlint.graph.islands import fp32_compute, requantize_pairs
 from qlint.graph.memory import constant_contributors, method_allocator_bytes, peak_contributors, plan_with_buffers
 from qlint.graph.regions import Evaluations, moved_evaluations
 from qlint.graph.view import GraphView, constant_inputs, input_node, output_dtype
+from qlint.io.reads import first_line
 from qlint.rules.records import (
     AppliedFold,
     ArtifactStats,
@@ -190,7 +191,6 @@ def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
     from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
     from executorch.exir import EdgeProgramManager
 
-    from qlint.graph.lowering import first_line
 
     try:
         manager = EdgeProgramManager({"forward": copy.deepcopy(program)}, compile_config=cortex_m_edge_compile_config())
@@ -252,7 +252,7 @@ def fix_program(
     folded program's outputs differ from the unfolded one's on any input.
     """
     from qlint.graph.lint import lint_program
-    from qlint.graph.lowering import first_line, needs_repair
+    from qlint.graph.lowering import needs_repair
     from qlint.graph.rules import invalid_message, lowering_message, run_rules
     from qlint.graph.validity import find_invalid
     from qlint.settings.options import LoweringOrder

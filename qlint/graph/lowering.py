@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from qlint.graph import stack
+from qlint.io.reads import first_line
 from qlint.settings.options import LoweringOrder
 
 CPU_NAMES = {
@@ -32,23 +33,6 @@ class LoweringError(Exception):
     def __init__(self, pass_name: str, node: Any, cause: BaseException) -> None:
         self.pass_name, self.node, self.cause = pass_name, node, cause
         super().__init__(f"{pass_name}: {first_line(cause)}")
-
-
-def first_line(exc: BaseException) -> str:
-    """The most specific one-line message in an exception chain.
-
-    Dynamo puts the failing call and the real error on an `Explanation:` line
-    under a generic first line ("RuntimeError when making fake tensor call"):
-    that line is kept too.
-    """
-    while exc.__cause__ is not None:
-        exc = exc.__cause__
-    text = str(exc).strip().splitlines()
-    if not text:
-        return type(exc).__name__
-    explanation = next((line.strip().removeprefix("Explanation:").strip() for line in text[1:]
-                        if line.strip().startswith("Explanation:")), None)
-    return f"{text[0]}: {explanation}" if explanation else text[0]
 
 
 def _node_in(exc: BaseException) -> str | None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from qlint.graph import stack
 from qlint.io.limits import Limits
-from qlint.io.reads import ReadError
+from qlint.io.reads import ReadError, first_line
 from qlint.rules.records import Contributor, Figures, PlanMemory, Report
 from qlint.settings.config import Config
 
@@ -74,7 +74,6 @@ def _load(data: bytes, budget: _Budget) -> Any:
     except (MemoryError, ReadError):
         raise  # the child's memory budget, or a limit, reported as such
     except Exception as exc:
-        from qlint.graph.lowering import first_line
 
         raise ReadError(f"not a valid .pte program: {first_line(exc)}") from None
 
@@ -514,7 +513,6 @@ def _read(program: Any, budget: _Budget) -> tuple[Any, _PlanReader]:
     except (RecursionError, MemoryError):
         raise
     except Exception as exc:  # a malformed table the schema allowed
-        from qlint.graph.lowering import first_line
 
         raise ReadError(f"not a valid .pte program: {type(exc).__name__}: {first_line(exc)}") from None
     # The graph is only read, never called: a GraphModule would generate and compile Python

@@ -22,7 +22,7 @@ from typing import Any
 from qlint.graph import stack
 from qlint.io.archive import parse_pt2, read_zip, write_zip
 from qlint.io.limits import Limits
-from qlint.io.reads import ReadError
+from qlint.io.reads import ReadError, first_line
 
 __all__ = ["ReadError", "is_quantized", "read_pt2", "sample_inputs"]
 
@@ -46,7 +46,6 @@ def read_pt2(data: bytes, limits: Limits) -> Any:
     stack.load()
     import torch
 
-    from qlint.graph.lowering import first_line
 
     _torch_reads_the_same_entries(data, archive.entries)
     example = _sample_inputs(archive.sample_inputs, limits)

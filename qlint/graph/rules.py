@@ -29,10 +29,11 @@ from qlint.graph.islands import (
     fp32_elements,
     fp32_total,
 )
-from qlint.graph.lowering import LoweringError, first_line
+from qlint.graph.lowering import LoweringError
 from qlint.graph.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.graph.validity import Invalid, find_invalid
 from qlint.graph.view import GraphView, is_float, numel, op_name
+from qlint.io.reads import first_line
 from qlint.rules import builders
 from qlint.rules.builders import Term
 from qlint.rules.catalog import enabled_rules

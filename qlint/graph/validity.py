@@ -20,6 +20,7 @@ import torch
 from torch.fx import Interpreter, Node
 
 from qlint.graph.view import GraphView, Kind, known_operator, op_name, output_dtype, output_value, recorded_bytes
+from qlint.io.reads import first_line
 
 INTEGER = (torch.int8, torch.int16, torch.int32, torch.uint8)
 # What one run of a program may allocate, by its recorded shapes; beyond it the open question stays open.
@@ -58,7 +59,6 @@ def _elementwise(node: Node, inputs: list[Node]) -> bool:
 def _probe(node: Node, inputs: list[Node]) -> str | None:
     """Run the op on one-element tensors of its input dtypes: the kernel's refusal, or a result
     of another dtype than the graph records (a float-bounded clamp turns int16 into float32)."""
-    from qlint.graph.lowering import first_line
 
     def small(arg: Any) -> Any:
         if isinstance(arg, Node):
@@ -141,7 +141,6 @@ class _Tracking(Interpreter):
 
 
 def _first_failing(view: GraphView) -> Invalid | None:
-    from qlint.graph.lowering import first_line
     from qlint.graph.readers import seeded_like
 
     module = view.program.module()

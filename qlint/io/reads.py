@@ -75,6 +75,23 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def first_line(exc: BaseException) -> str:
+    """The most specific one-line message in an exception chain.
+
+    Dynamo puts the failing call and the real error on an `Explanation:` line
+    under a generic first line ("RuntimeError when making fake tensor call"):
+    that line is kept too.
+    """
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = str(exc).strip().splitlines()
+    if not text:
+        return type(exc).__name__
+    explanation = next((line.strip().removeprefix("Explanation:").strip() for line in text[1:]
+                        if line.strip().startswith("Explanation:")), None)
+    return f"{text[0]}: {explanation}" if explanation else text[0]
+
+
 def not_a_command(line: str) -> str:
     """`line` as a CI log shows it, never read as a workflow command: GitHub's runner takes a line
     that starts with `::` (after leading spaces) for one, so that line's first colon is written

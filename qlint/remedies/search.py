@@ -29,11 +29,10 @@ from qlint.fix.apply import (
     verification_inputs,
 )
 from qlint.graph.folds import FoldKind
-from qlint.graph.lowering import first_line
 from qlint.graph.quantize import export_float, quantize_graph, without_fast_paths
 from qlint.graph.readers import seeded_like
 from qlint.graph.view import op_name
-from qlint.io.reads import ReadError
+from qlint.io.reads import ReadError, first_line
 from qlint.remedies.all_remedies import REMEDIES
 from qlint.remedies.int8_io import feed, read
 from qlint.remedies.remedy import (

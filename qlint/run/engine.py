@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qlint.io.reads import CONFIGURED, ReadError, shown_path
+from qlint.io.reads import CONFIGURED, ReadError, first_line, shown_path
 from qlint.rules.records import InputError, Report
 from qlint.settings.config import Config, RemedyName, Target
 from qlint.settings.options import RunOptions
@@ -217,7 +217,6 @@ def input_problem(exc: ReadError | OverflowError) -> str:
     """The one-line error of an artifact that could not be read. An OverflowError can only come
     from the artifact's numbers (an integer too large for a float): the file is corrupt, qlint is not."""
     if isinstance(exc, OverflowError):
-        from qlint.graph.lowering import first_line
 
         return f"corrupt artifact: a number out of range ({first_line(exc)})"
     return str(exc)
@@ -282,7 +281,6 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
         report.errors.append(InputError(artifact, str(exc)))
         return report
     except Exception as exc:  # the factory's model made export or quantization raise
-        from qlint.graph.lowering import first_line
 
         cause = f"{type(exc).__name__}: {first_line(exc)}"
         report.errors.append(InputError(artifact, f"export/quantization failed: {cause}"))
@@ -379,7 +377,6 @@ def run_one(work: Work, config: Config, options: RunOptions, cache: Any = None, 
             assert work.path is not None
             report = lint_file(work.path, config, options, cache, isolate=isolate)
     except Exception as exc:  # a crash in one artifact must not lose the others
-        from qlint.graph.lowering import first_line
 
         report = Report(errors=[InputError(work.name, f"internal error: {type(exc).__name__}: {first_line(exc)}")])
     report.checked = 1

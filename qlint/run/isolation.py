@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qlint.io.limits import Limits
+from qlint.io.reads import first_line
 from qlint.rules.records import InputError, Report
 
 _PRELOAD = ["qlint.run.preload"]
@@ -152,7 +153,6 @@ def _child(
             name, f"needed more than its {budget >> 20} MiB memory budget (limits.memory_mb in .qlint.yaml)"
         )
     except BaseException as exc:  # noqa: BLE001 - the child reports, the parent decides
-        from qlint.graph.lowering import first_line
 
         result = _error(name, f"internal error: {type(exc).__name__}: {first_line(exc)}")
     try:
