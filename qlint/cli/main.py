@@ -20,10 +20,10 @@ from qlint.cli.commands.rule import cmd_rule
 from qlint.cli.commands.rules import cmd_rules
 from qlint.cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED
 from qlint.cli.output import say, to_devnull, usage_error
+from qlint.report import EXTRA_WRITES, OUTPUT_FORMATS
 from qlint.settings.options import LoweringOrder
 
 COMMANDS = ("check", "fix", "rule", "rules", "boards", "init")
-OUTPUT_FORMATS = ("text", "json", "github", "sarif", "markdown")
 
 
 def _reserve_standard_fds() -> bool:
@@ -80,42 +80,25 @@ def _jobs(value: str) -> int:
     return jobs
 
 
-# `--write` kinds beside the report formats: files about the run, not the report itself.
-EXTRA_WRITES = ("patch", "model-explorer", "memory-plot", "metrics")
+WRITTEN_FORMATS = (*OUTPUT_FORMATS[1:], *EXTRA_WRITES)  # text is for stdout
 
 
 def _write_spec(value: str) -> tuple[str, Path]:
     fmt, _, path = value.partition(":")
-    if (fmt not in OUTPUT_FORMATS and fmt not in EXTRA_WRITES) or fmt == "text" or not path:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not FORMAT:PATH with FORMAT one of json, github, sarif, markdown, {', '.join(EXTRA_WRITES)}"
-        )
+    if fmt not in WRITTEN_FORMATS or not path:
+        known = ", ".join(WRITTEN_FORMATS)
+        raise argparse.ArgumentTypeError(f"{value!r} is not FORMAT:PATH with FORMAT one of {known}")
     return fmt, Path(path)
 
 
-def build_parser() -> _Parser:
-    from qlint.settings.config import CPUS
-
-    parser = _Parser(
-        prog="qlint",
-        description="Find (and fold) the fp32 islands that quantized PyTorch programs keep after Cortex-M lowering.",
-    )
-    parser.add_argument("--version", action="version", version=f"qlint {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    check = sub.add_parser("check", help="check .pt2/.pte files, directories and config targets (default)")
-    check.add_argument(
-        "paths",
-        nargs="*",
-        type=Path,
-        metavar="PATH",
-        help="files or directories; without any, the config's targets and the current directory",
-    )
-    check.add_argument(
-        "--config", type=Path, help="config file (default: .qlint.yaml found upward from the current directory)"
-    )
+def _selection_options(check: argparse.ArgumentParser) -> None:
+    """Which rules run."""
     check.add_argument("--select", type=_codes, help="comma-separated rule codes or prefixes to enable")
     check.add_argument("--ignore", type=_codes, help="comma-separated rule codes or prefixes to disable")
+
+
+def _output_options(check: argparse.ArgumentParser) -> None:
+    """What the report looks like, where else it is written, and the exit code."""
     check.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text")
     check.add_argument("--statistics", action="store_true", help="print counts per rule instead of each finding")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are error findings")
@@ -131,12 +114,18 @@ def build_parser() -> _Parser:
         type=_write_spec,
         default=[],
         metavar="FORMAT:PATH",
-        help="also write the report in FORMAT (json, github, sarif, markdown) to PATH; repeatable. "
+        help=f"also write the report in FORMAT ({', '.join(OUTPUT_FORMATS[1:])}) to PATH; repeatable. "
         "patch:PATH writes the kept channels-last remedy as a diff of each target's factory; "
         "model-explorer:DIR node data for each .pt2 to open in Model Explorer; "
         "memory-plot:PATH (.svg/.png) the live memory plan of each --fix, before and after the folds; "
         "metrics:PATH each artifact's figures (SRAM, flash, fp32 work, coverage) as JSON, for --compare",
     )
+
+
+def _lowering_options(check: argparse.ArgumentParser) -> None:
+    """Which inputs are read, and how they are lowered."""
+    from qlint.settings.config import CPUS
+
     check.add_argument("--target-cpu", choices=CPUS, help="Cortex-M CPU to lower for (overrides the config)")
     check.add_argument(
         "--lowering",
@@ -150,6 +139,10 @@ def build_parser() -> _Parser:
         help="the static tier: QL001 and QL004 read from each .pt2's graph, no torch, no lowering "
         "(milliseconds; the fast local hook, with the full check in CI)",
     )
+
+
+def _fix_options(check: argparse.ArgumentParser) -> None:
+    """What `--fix` writes."""
     check.add_argument(
         "--fix",
         action="store_true",
@@ -167,6 +160,10 @@ def build_parser() -> _Parser:
         action="store_true",
         help="with --fix: also try every remedy on targets (export/quantization changes that change numerics)",
     )
+
+
+def _run_options(check: argparse.ArgumentParser) -> None:
+    """Comparisons, baselines, parallelism, the cache and verbosity."""
     check.add_argument(
         "--compare", type=Path, metavar="FILE",
         help="report what changed against the metrics FILE another run wrote (--write metrics:FILE on the base "
@@ -191,6 +188,29 @@ def build_parser() -> _Parser:
     )
     check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
     check.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks and framework logs")
+
+
+def build_parser() -> _Parser:
+    parser = _Parser(
+        prog="qlint",
+        description="Find (and fold) the fp32 islands that quantized PyTorch programs keep after Cortex-M lowering.",
+    )
+    parser.add_argument("--version", action="version", version=f"qlint {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    check = sub.add_parser("check", help="check .pt2/.pte files, directories and config targets (default)")
+    check.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="files or directories; without any, the config's targets and the current directory",
+    )
+    check.add_argument(
+        "--config", type=Path, help="config file (default: .qlint.yaml found upward from the current directory)"
+    )
+    for options in (_selection_options, _output_options, _lowering_options, _fix_options, _run_options):
+        options(check)
 
     rule = sub.add_parser("rule", help="explain a rule")
     rule.add_argument("code")

@@ -11,6 +11,7 @@ from tabulate import tabulate
 
 from qlint import __version__
 from qlint.io.reads import not_a_command, printable
+from qlint.report import OUTPUT_FORMATS
 from qlint.report.escape import github_value, markdown_code, markdown_fence, markdown_link, markdown_text
 from qlint.rules.catalog import load_catalog
 from qlint.rules.records import (
@@ -399,4 +400,5 @@ def markdown(report: Report, attachments: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
-FORMATS: dict[str, Callable[[Report], str]] = {"json": as_json, "github": github, "sarif": sarif, "markdown": markdown}
+FORMATS: dict[str, Callable[[Report], str]] = dict(
+    zip(OUTPUT_FORMATS[1:], (as_json, github, sarif, markdown), strict=True))  # text has options of its own

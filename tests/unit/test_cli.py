@@ -100,3 +100,10 @@ def test_every_argument_after_a_double_dash_is_a_path(prefix: list[str], tmp_pat
     assert result.returncode == 1, result.stderr
     artifacts = [a["artifact"] for a in json.loads(result.stdout)["artifacts"]]
     assert artifacts == ["--exit-zero/a.pt2", "--baseline=b.json/a.pt2", "rules/a.pt2"]
+
+
+def test_every_write_kind_the_parser_accepts_has_a_writer() -> None:
+    from qlint.cli.commands.check import WRITERS
+    from qlint.cli.main import WRITTEN_FORMATS
+
+    assert sorted(WRITERS) == sorted(WRITTEN_FORMATS)

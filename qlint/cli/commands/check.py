@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from qlint.cli.exit_codes import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from qlint.cli.output import emit, say, to_devnull, usage_error
 from qlint.io.reads import printable
+from qlint.report import OUTPUT_FORMATS
 from qlint.settings.options import FixOptions, LoweringOrder, RunOptions
 
 if TYPE_CHECKING:
@@ -290,49 +291,84 @@ def _write_files(report: Report, writes: list[tuple[str, Path]], config: Config)
 
 def _write_one(report: Report, fmt: str, path: Path, config: Config, written: list[Path]) -> str | None:
     """Write one `--write FORMAT:PATH` (adding the files to `written`); why it failed, or None."""
-    from qlint.io.writes import ensure_directory, write_atomic
-    from qlint.report import formats
-
     try:
-        if fmt == "model-explorer":
-            from qlint.report.model_explorer import OverlayUnavailable, write_overlays
-
-            problem = ensure_directory(path)
-            if problem:
-                return f"model-explorer:{path}: {problem}"
-            try:
-                written += write_overlays(report, path)
-            except OverlayUnavailable as exc:
-                return str(exc)
-            return None
-        if fmt == "memory-plot":
-            from qlint.report.memory_plot import PlotError, write_plot
-
-            try:
-                write_plot(report, path)
-            except PlotError as exc:
-                return str(exc)
-            written.append(path)
-            return None
-        if fmt == "patch":
-            from qlint.remedies.patch import remedy_patch
-
-            patch = remedy_patch(report.remedies, config.root)
-            for note in patch.notes:
-                say(f"qlint: patch: {printable(note)}")
-            text = patch.diff
-        elif fmt == "metrics":
-            from qlint.report.budgets import metrics_json
-
-            text = metrics_json(report) + "\n"
-        elif fmt == "markdown":
-            text = formats.markdown(report, attachments=_relative_to(written, path.parent)) + "\n"
-        else:
-            text = formats.FORMATS[fmt](report) + "\n"
-        write_atomic(path, text.encode())
+        return WRITERS[fmt](report, path, config, written)
     except OSError as exc:
         return f"cannot write {path}: {exc.strerror or exc}"
+
+
+def _report_writer(fmt: str) -> Writer:
+    def write(report: Report, path: Path, config: Config, written: list[Path]) -> str | None:
+        from qlint.io.writes import write_atomic
+        from qlint.report import formats
+
+        write_atomic(path, (formats.FORMATS[fmt](report) + "\n").encode())
+        return None
+
+    return write
+
+
+def _write_markdown(report: Report, path: Path, config: Config, written: list[Path]) -> str | None:
+    """The job summary, linking the files written before it."""
+    from qlint.io.writes import write_atomic
+    from qlint.report import formats
+
+    write_atomic(path, (formats.markdown(report, attachments=_relative_to(written, path.parent)) + "\n").encode())
     return None
+
+
+def _write_model_explorer(report: Report, path: Path, config: Config, written: list[Path]) -> str | None:
+    from qlint.io.writes import ensure_directory
+    from qlint.report.model_explorer import OverlayUnavailable, write_overlays
+
+    problem = ensure_directory(path)
+    if problem:
+        return f"model-explorer:{path}: {problem}"
+    try:
+        written += write_overlays(report, path)
+    except OverlayUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def _write_memory_plot(report: Report, path: Path, config: Config, written: list[Path]) -> str | None:
+    from qlint.report.memory_plot import PlotError, write_plot
+
+    try:
+        write_plot(report, path)
+    except PlotError as exc:
+        return str(exc)
+    written.append(path)
+    return None
+
+
+def _write_patch(report: Report, path: Path, config: Config, written: list[Path]) -> str | None:
+    from qlint.io.writes import write_atomic
+    from qlint.remedies.patch import remedy_patch
+
+    patch = remedy_patch(report.remedies, config.root)
+    for note in patch.notes:
+        say(f"qlint: patch: {printable(note)}")
+    write_atomic(path, patch.diff.encode())
+    return None
+
+
+def _write_metrics(report: Report, path: Path, config: Config, written: list[Path]) -> str | None:
+    from qlint.io.writes import write_atomic
+    from qlint.report.budgets import metrics_json
+
+    write_atomic(path, (metrics_json(report) + "\n").encode())
+    return None
+
+
+# What each `--write KIND:PATH` writes: a function (report, path, config, files written so far) ->
+# why it failed, or None. Every kind the parser accepts has one (`cli.main.WRITTEN_FORMATS`).
+Writer = Callable[["Report", Path, "Config", list[Path]], "str | None"]
+WRITERS: dict[str, Writer] = {
+    **{fmt: _report_writer(fmt) for fmt in OUTPUT_FORMATS[1:] if fmt != "markdown"},
+    "markdown": _write_markdown, "model-explorer": _write_model_explorer, "memory-plot": _write_memory_plot,
+    "patch": _write_patch, "metrics": _write_metrics,
+}
 
 
 def _relative_to(paths: list[Path], folder: Path) -> list[str]:
