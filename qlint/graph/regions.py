@@ -26,6 +26,7 @@ from qlint.rules.builders import factor
 from qlint.rules.ops import OFFSET_OPS, SCALE_OPS
 from qlint.rules.qparams import QParams
 from qlint.rules.source import locate
+from qlint.rules.steps import NotAStep, Operand, Step, scale_step
 from qlint.rules.table import Code
 from qlint.settings.config import Config, ConstantKind
 from qlint.settings.guards import blocked_guards
@@ -258,36 +259,55 @@ def _runtime_operand(view: GraphView, node: Node, outside: list[Node], root: Pat
     return f"runtime (non-constant) operand {name} of {op_name(node)}{unquantized}; {cause}"
 
 
+@dataclass(frozen=True)
+class _IslandOperands:
+    """The lowered graph as `rules.steps.scale_step` asks it, for the ops of one island."""
+
+    view: GraphView
+    inside: set[Node]
+
+    def is_runtime(self, arg: Any) -> bool:
+        return _is_runtime(self.view, arg, self.inside)
+
+    def operand(self, arg: Any) -> Operand | None:
+        constant = self.view.constant(arg)
+        if constant is None:
+            return None
+        uniform = constant.uniform()
+        return Operand(constant.numel, float(uniform.double().flatten()[0]) if uniform is not None else None)
+
+
 def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_elements: int,
           root: Path) -> ScaleStep | str:
-    """One `x op c` of a scale island, or why the op is not one."""
+    """One `x op c` of a scale island (decided by `rules.steps`, as the static tier decides it), or
+    why the op is not one, with the operand's name and CortexMQuantizer's verdict."""
     lhs, rhs = node.args[0], node.args[1]
-    lhs_runtime, rhs_runtime = _is_runtime(view, lhs, inside), _is_runtime(view, rhs, inside)
-    if lhs_runtime and rhs_runtime:
-        return _runtime_operand(view, node, [a for a in (lhs, rhs) if isinstance(a, Node) and a not in inside],
-                                root)
-    if base in ("div", "sub") and rhs_runtime:
+    found = scale_step(_IslandOperands(view, inside), base, lhs, rhs, node.kwargs.get("alpha", 1), max_elements)
+    if isinstance(found, Step):
+        constant = view.constant(found.constant)
+        assert constant is not None and found.value is not None  # the full check computes every constant
+        return ScaleStep(node, base, constant, found.value)
+    if found == NotAStep.RUNTIME_OPERANDS:
+        return _runtime_operand(view, node, [a for a in (lhs, rhs) if isinstance(a, Node) and a not in inside], root)
+    if found == NotAStep.CONSTANT_FIRST:
         return f"constant-first operand ({op_name(node)} of a constant by the activation)"
-    if node.kwargs.get("alpha", 1) != 1:
+    if found == NotAStep.ALPHA:
         return f"{op_name(node)} with alpha={node.kwargs['alpha']}"
-    operand = rhs if lhs_runtime else lhs
+    operand = rhs if _is_runtime(view, lhs, inside) else lhs
     constant = view.constant(operand)
-    if constant is None:
+    if constant is None:  # NOT_CONSTANT
         name = operand_name(view, operand, root) if isinstance(operand, Node) else repr(operand)
         return f"runtime (non-constant) operand {name} of {op_name(node)}"
-    value = constant.scalar()
-    if base in OFFSET_OPS:
-        if value is None:
-            made = (f"; it is computed in the graph ({op_name(operand)}) and never quantized"
-                    if constant.kind == ConstantKind.COMPUTED and isinstance(operand, Node) else "")
-            return (f"constant {constant.name} differs by position ({constant.numel} elements), as a mask or a "
-                    f"position embedding does, so no table folds it{made}; {cause_of(node, view.as_quantized)}")
-        return ScaleStep(node, base, constant, value)
-    if constant.numel > 1 and (value is None or constant.numel > max_elements):
+    if found == NotAStep.DIFFERS_BY_POSITION:
+        made = (f"; it is computed in the graph ({op_name(operand)}) and never quantized"
+                if constant.kind == ConstantKind.COMPUTED and isinstance(operand, Node) else "")
+        return (f"constant {constant.name} differs by position ({constant.numel} elements), as a mask or a "
+                f"position embedding does, so no table folds it{made}; {cause_of(node, view.as_quantized)}")
+    if found == NotAStep.PER_CHANNEL:
         return f"per-channel constant {constant.name} ({constant.numel} elements); {cause_of(node, view.as_quantized)}"
-    if value is None or value == 0.0:
-        return f"constant {constant.name} is zero or not finite"
-    return ScaleStep(node, base, constant, value)
+    if base in OFFSET_OPS:  # NOT_FINITE
+        return f"constant {constant.name} is not finite"
+    return f"constant {constant.name} is zero or not finite"
 
 
 def _island_region(

@@ -376,7 +376,10 @@ class GraphView:
         if isinstance(arg, (int, float)) and not isinstance(arg, bool):
             return Constant(repr(arg), ConstantKind.LITERAL, torch.tensor(float(arg)))
         if isinstance(arg, Node) and arg in self._computed:
-            return Constant(arg.name, ConstantKind.COMPUTED, self._computed[arg])
+            # Named as the program the user gave qlint names it, as the static tier names it too.
+            written = self.as_quantized(arg).name
+            return Constant(written if written in self._quantized else arg.name, ConstantKind.COMPUTED,
+                            self._computed[arg])
         if not isinstance(arg, Node) or self.kind(arg) != Kind.CONSTANT:
             return None
         if arg.op == "get_attr":

@@ -37,7 +37,7 @@ class Term:
         return f"{shown} ({self.kind})" if self.numel == 1 else f"{shown} ({self.kind}, all {self.numel} elements)"
 
 
-class Step(Protocol):
+class Affine(Protocol):
     """An `x op c` as either tier holds it: its op and the constant's one value (None: unknown)."""
 
     @property
@@ -47,7 +47,7 @@ class Step(Protocol):
     def value(self) -> float | None: ...
 
 
-def factor(terms: Sequence[Step]) -> float | None:
+def factor(terms: Sequence[Affine]) -> float | None:
     """What the island multiplies its input by (its offsets aside); None while a scale is unknown."""
     result = 1.0
     for term in terms:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 # `x op c` by a constant: what makes a constant scale island (QL001).
 SCALE_OPS = frozenset({"div", "mul"})
-# `x op c` of a uniform constant: an attention mask that masks nothing, a bias. Part of an island
-# with a scale, never one alone.
+# `x op c` of a uniform constant: an attention mask that masks nothing, a bias; an island of them
+# alone (`fc(fc(x) + 0.5)`) is a constant scale island of factor 1 (QL001) too.
 OFFSET_OPS = frozenset({"add", "sub"})
 # Ops that only move or reinterpret data: part of an island when they carry floats, not counted as
 # compute for coverage.

@@ -14,7 +14,6 @@ What a finding says comes from `qlint.rules.builders`, as the full check's does;
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -29,6 +28,7 @@ from qlint.rules.ops import OFFSET_OPS, SCALE_OPS
 from qlint.rules.qparams import QParams
 from qlint.rules.records import ArtifactStats, Finding, Location, Report
 from qlint.rules.source import locate
+from qlint.rules.steps import NotAStep, Operand, scale_step
 from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config
 from qlint.settings.guards import blocked_guards
@@ -47,14 +47,14 @@ from qlint.static.program import (
     qparams,
 )
 
-Step = tuple[StaticNode, str, StaticConstant, float | None]   # node, op, constant, its value (None: unknown)
+ChainStep = tuple[StaticNode, str, StaticConstant, float | None]   # node, op, constant, its value (None: unknown)
 
 
 @dataclass
 class ScaleChain:
     dq: StaticNode
     nodes: list[StaticNode]                   # the island: affine ops and the shape ops between
-    steps: list[Step]
+    steps: list[ChainStep]
     outputs: list[StaticNode]                 # the quantize nodes it ends in
 
     @property
@@ -121,20 +121,34 @@ def _island_end(graph: StaticGraph, start: StaticNode) -> StaticNode | None:
     return end
 
 
-def _step(graph: StaticGraph, node: StaticNode, max_elements: int) -> Step | None:
-    """One `x op c` of a scale island (`graph.regions._step`), or None where it makes the island QL002."""
-    operand = next(a for a in node.args[:2] if not graph.is_runtime(a))
-    constant = graph.constant(operand)
-    if constant is None or constant.value is None or node.kwargs.get("alpha", 1) != 1:
+class _Operands:
+    """The exported graph as `rules.steps.scale_step` asks it."""
+
+    def __init__(self, graph: StaticGraph) -> None:
+        self.graph = graph
+
+    def is_runtime(self, arg: Any) -> bool:
+        return self.graph.is_runtime(arg)
+
+    def operand(self, arg: Any) -> Operand | None:
+        constant = self.graph.constant(arg)
+        if constant is None:
+            return None
+        if isinstance(constant.value, Unknown):
+            return Operand(constant.numel, None, computed=False)
+        return Operand(constant.numel, constant.value.value if isinstance(constant.value, Uniform) else None)
+
+
+def _step(graph: StaticGraph, node: StaticNode, max_elements: int) -> ChainStep | None:
+    """One `x op c` of a scale island, decided by `rules.steps` as the full check decides it; None
+    where the op makes the island QL002 (the full check says why)."""
+    lhs, rhs = node.args[0], node.args[1]
+    found = scale_step(_Operands(graph), node.base, lhs, rhs, node.kwargs.get("alpha", 1), max_elements)
+    if isinstance(found, NotAStep):
         return None
-    if node.base in ("div", "sub") and node.args[1] is not operand:
-        return None  # a constant-first division is no scale
-    if node.base in SCALE_OPS and constant.numel > max_elements:
-        return None  # a per-channel constant, even when all its channels hold one value
-    value = constant.value.value if isinstance(constant.value, Uniform) else None
-    if node.base in SCALE_OPS and value is not None and (value == 0.0 or not math.isfinite(value)):
-        return None
-    return node, node.base, constant, value
+    constant = graph.constant(found.constant)
+    assert constant is not None
+    return node, node.base, constant, found.value
 
 
 def _runtime_operand(graph: StaticGraph, node: StaticNode) -> Ref | None:
@@ -160,7 +174,7 @@ def scale_chains(graph: StaticGraph, max_elements: int = 1) -> list[ScaleChain]:
         if node.name in seen or node.base not in SCALE_OPS | OFFSET_OPS or node.op.startswith("quantized"):
             continue
         chain = _chain(graph, node, max_elements)
-        if chain is None or not any(s[1] in SCALE_OPS for s in chain.steps):
+        if chain is None:  # an island of offsets alone is one too: the full check calls it QL001
             continue
         seen.update(n.name for n in chain.nodes)
         chains.append(chain)

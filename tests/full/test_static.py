@@ -48,11 +48,12 @@ def island(finding: Any) -> tuple[Any, ...]:
 
 
 def key(finding: Any) -> tuple[Any, ...]:
-    """What the two tiers must agree on: the island, the constants, both qparams and the identity verdict."""
+    """What the two tiers must agree on: the island, the constants, both qparams, the identity verdict
+    and the message, to the letter (both say it through `rules.builders`)."""
     details = finding.details
     constants = tuple((c["op"], c["value"]) for c in details.get("constants", ()))
     return (*island(finding), constants, json.dumps(details["input_qparams"], sort_keys=True),
-            json.dumps(details["output_qparams"], sort_keys=True), details["identity"])
+            json.dumps(details["output_qparams"], sort_keys=True), details["identity"], finding.message)
 
 
 @pytest.mark.parametrize("name", CORPUS)
@@ -70,6 +71,40 @@ def test_static_findings_equal_the_full_checks(name: str, linted: Callable[..., 
         key(f) for f in full if island(f) not in undecided)
     assert undecided == sorted(island(f) for f in full if island(f) in undecided)
     assert stats.static and stats.fp32_islands == sum(1 for f in full if f.code != "QL004")
+
+
+# An island of each op kind QL001 accepts, alone and together, between two quantized linears.
+ISLAND_KINDS: dict[str, Callable[[Any], Any]] = {
+    "add": lambda h: h + 0.5, "sub": lambda h: h - 0.25, "mul": lambda h: h * 0.5, "div": lambda h: h / 4.0,
+    "add_then_div": lambda h: (h + 0.5) / 2.0, "mul_then_sub": lambda h: h * 2.0 - 1.0,
+}
+
+
+@pytest.mark.parametrize("kind", list(ISLAND_KINDS))
+def test_both_tiers_decide_an_island_of_each_op_kind(kind: str, tmp_path: Path) -> None:
+    """`fc(fc(x) + 0.5)` and its kin: the full check's QL001, found by the static tier too, to the letter
+    (an island of offsets alone once passed the static tier unseen)."""
+    import torch
+
+    from qlint.graph.lint import lint_program
+    from qlint.graph.quantize import quantize
+
+    class Between(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+        def forward(self, x: Any) -> Any:
+            return self.fc2(ISLAND_KINDS[kind](self.fc1(x)))
+
+    torch.manual_seed(0)
+    example = (torch.randn(1, 16),)
+    program = quantize(Between().eval(), example, [(torch.randn(1, 16),) for _ in range(4)])
+    torch.export.save(program, str(tmp_path / "m.pt2"))
+    static = lint_static((tmp_path / "m.pt2").read_bytes(), "m", Config()).findings
+    full = [f for f in lint_program(program, "m", Config()).findings if f.code in ("QL001", "QL004")]
+    assert [f.code for f in full].count("QL001") == 1, [f.message for f in full]
+    assert sorted(key(f) for f in static) == sorted(key(f) for f in full)
 
 
 @pytest.mark.parametrize("name", CORPUS)
