@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from qlint.fix.apply import FixError, FixResult, VerificationError, verification_inputs
+from qlint.graph.readers import VERIFY_SEEDS
 from qlint.rules.records import Finding, RemedyReport
 from qlint.settings.config import Config, RemedyName
 
@@ -36,7 +37,7 @@ def fix(
     config: Config | None = None,
     *,
     artifact: str = "<program>",
-    seeds: int = 8,
+    seeds: int = VERIFY_SEEDS,
     linted: Linted | None = None,
 ) -> FixResult:
     """Fold what can be folded exactly and return the verified `.pte` bytes.

@@ -19,6 +19,7 @@ from torch.fx import Node
 from qlint.graph.folds import Fold, FoldKind
 from qlint.graph.islands import fp32_compute, requantize_pairs
 from qlint.graph.memory import constant_contributors, method_allocator_bytes, peak_contributors, plan_with_buffers
+from qlint.graph.readers import VERIFY_SEEDS, VERIFY_SPREAD, seeded_batches
 from qlint.graph.regions import Evaluations, moved_evaluations
 from qlint.graph.view import GraphView, constant_inputs, input_node, output_dtype
 from qlint.io.reads import first_line
@@ -147,19 +148,13 @@ def flatten(value: Any) -> list[torch.Tensor]:
 
 
 def verification_inputs(
-    example: tuple[Any, ...] | None, extra: Sequence[tuple[Any, ...]] = (), seeds: int = 8
+    example: tuple[Any, ...] | None, extra: Sequence[tuple[Any, ...]] = (), seeds: int = VERIFY_SEEDS
 ) -> list[tuple[Any, ...]]:
     """The artifact's own inputs plus `seeds` seeded random batches of the same shapes and layouts."""
-    from qlint.graph.readers import seeded_like
-
     batches = [b for b in ([example] if example else []) + list(extra)]
     if not batches:
         return []
-    template = batches[0]
-    for seed in range(seeds):
-        generator = torch.Generator().manual_seed(seed)
-        batches.append(tuple(seeded_like(t, generator, scale=2.0) for t in template))
-    return batches
+    return batches + seeded_batches(batches[0], seeds, 0, VERIFY_SPREAD)
 
 
 def require_same_outputs(before: list[list[torch.Tensor]], after: list[list[torch.Tensor]]) -> None:

@@ -153,7 +153,13 @@ def _int_fold(region: Region, dq: Node, qp_in: QParams, exhaustive: Exhaustive, 
     return f"{qp_in.dtype} islands can only fold a constant scale into the output quantize"
 
 
-def _scale_candidates(scale: float, steps: int = 16) -> list[float]:
+# How many float32 neighbours of the folded scale each way `_rescale` tries: the product of two
+# float32 scales is rounded once and the quantize rounds again, so an exact scale, when there is
+# one, lies a few ulps away; 16 is a margin past that, at 33 candidates checked at most.
+RESCALE_NEIGHBOURS = 16
+
+
+def _scale_candidates(scale: float, steps: int = RESCALE_NEIGHBOURS) -> list[float]:
     """`scale`, then its float32 neighbours nearest first: rounding in the quantize
     can make a neighbour exact where the plain product is not."""
     import numpy as np

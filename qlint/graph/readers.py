@@ -16,7 +16,7 @@ import contextlib
 import io
 import operator
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from qlint.graph import stack
@@ -125,6 +125,27 @@ def sample_inputs(program: Any) -> tuple[Any, ...] | None:
         return None
     args, kwargs = example
     return tuple(args) if not kwargs else None
+
+
+# `--fix` verifies each fold bit for bit on the artifact's own inputs and VERIFY_SEEDS seeded batches
+# (each costs one run of the program before and after the folds), drawn with twice a unit normal's
+# spread so that values past the calibrated range, which the quantize clamps, are checked too.
+VERIFY_SEEDS = 8
+VERIFY_SPREAD = 2.0
+
+
+def seeded_batches(template: tuple[Any, ...], count: int, first_seed: int,
+                   spread: float | Callable[[Any], float] = 1.0) -> list[tuple[Any, ...]]:
+    """`count` batches like `template` (`seeded_like`), batch i drawn with seed `first_seed + i` and
+    scaled by `spread` (a number, or a function of the template tensor): the one way qlint makes up
+    inputs, so a check, a fix and a remedy's SQNR each name their seeds and spread."""
+    import torch
+
+    batches = []
+    for seed in range(first_seed, first_seed + count):
+        generator = torch.Generator().manual_seed(seed)
+        batches.append(tuple(seeded_like(t, generator, spread(t) if callable(spread) else spread) for t in template))
+    return batches
 
 
 def seeded_like(template: Any, generator: Any, scale: float = 1.0) -> Any:

@@ -22,6 +22,7 @@ from qlint.graph.causes import cause_of, causes, normalization
 from qlint.graph.evaluate import evaluate, input_domain, not_per_integer, runtime_input
 from qlint.graph.islands import Island, find_constant_subgraphs, find_islands, fp32_numel, requantize_pairs, results
 from qlint.graph.view import Constant, GraphView, Kind, base_name, op_name
+from qlint.io.limits import MAX_WALK_NODES
 from qlint.rules.builders import factor
 from qlint.rules.ops import OFFSET_OPS, SCALE_OPS
 from qlint.rules.qparams import QParams
@@ -209,7 +210,7 @@ def classify(view: GraphView, island: Island, max_elements: int, root: Path = Pa
 def _origin(view: GraphView, node: Node) -> Node:
     """What a value is before quantize, dequantize and data movement: the input, constant or op the user wrote."""
     seen = 0
-    while view.op_kind(node) in (Kind.QUANTIZE, Kind.DEQUANTIZE, Kind.SHAPE) and node.args and seen < 10_000:
+    while view.op_kind(node) in (Kind.QUANTIZE, Kind.DEQUANTIZE, Kind.SHAPE) and node.args and seen < MAX_WALK_NODES:
         source = node.args[0]
         if not isinstance(source, Node):
             break
@@ -217,7 +218,7 @@ def _origin(view: GraphView, node: Node) -> Node:
     return node
 
 
-def _program_inputs(view: GraphView, node: Node, limit: int = 10_000) -> list[str]:
+def _program_inputs(view: GraphView, node: Node, limit: int = MAX_WALK_NODES) -> list[str]:
     """The runtime inputs a computed value depends on, in graph order (walked once, at most `limit` nodes)."""
     found, stack, seen = set(), [node], {node}
     while stack and len(seen) < limit:

@@ -20,11 +20,10 @@ import torch
 from torch.fx import Interpreter, Node
 
 from qlint.graph.view import GraphView, Kind, known_operator, op_name, output_dtype, output_value, recorded_bytes
+from qlint.io.limits import RUN_BUDGET_BYTES
 from qlint.io.reads import first_line
 
 INTEGER = (torch.int8, torch.int16, torch.int32, torch.uint8)
-# What one run of a program may allocate, by its recorded shapes; beyond it the open question stays open.
-RUN_BUDGET_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -141,19 +140,18 @@ class _Tracking(Interpreter):
 
 
 def _first_failing(view: GraphView) -> Invalid | None:
-    from qlint.graph.readers import seeded_like
+    from qlint.graph.readers import seeded_batches
 
     module = view.program.module()
-    generator = torch.Generator().manual_seed(0)
-    inputs = []
+    templates = []
     for node in module.graph.nodes:
         if node.op != "placeholder":
             continue
         val = output_value(node)
         if not isinstance(val, torch.Tensor):
             return None  # not a tensor input this check can make up
-        template = torch.zeros_like(val, device="cpu")  # keeps the recorded strides
-        inputs.append(seeded_like(template, generator))
+        templates.append(torch.zeros_like(val, device="cpu"))  # keeps the recorded strides
+    [inputs] = seeded_batches(tuple(templates), 1, 0)
     runner = _Tracking(module)
     try:
         with torch.no_grad():

@@ -21,7 +21,7 @@ from typing import Any, cast
 import torch
 from torch.fx import Node
 
-from qlint.io.limits import MAX_CONSTANT_BYTES
+from qlint.io.limits import MAX_COMPUTED_TOTAL_BYTES, MAX_CONSTANT_BYTES
 from qlint.io.wellformed import qparams_problem
 from qlint.rules.ops import SHAPE_OPS
 from qlint.rules.qparams import QParams
@@ -174,10 +174,6 @@ def constant_inputs(signature: Any) -> dict[str, tuple[ConstantKind, str]]:
         table.update({name: (kind, fqn) for name, fqn in mapping.items()})
     return table
 
-
-# The most all computed constants may read and write together: an untrusted program may apply a
-# cheap op to one large constant tens of thousands of times (minutes of compute in a 2 MB .pte).
-MAX_COMPUTED_TOTAL_BYTES = 256 << 20
 
 
 def recorded_bytes(node: Node) -> float:

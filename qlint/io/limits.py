@@ -1,5 +1,8 @@
-"""The bounds on what one input may cost (`limits:` in `.qlint.yaml`): a hostile artifact gets an
-error line, not the machine. One record, read by every reader and child process."""
+"""The bounds on what one input may cost: a hostile artifact gets an error line, not the machine.
+
+The one record of them: `Limits`, which `limits:` in `.qlint.yaml` sets, read by every reader and
+child process; and below it the fixed bounds no config changes, each with why it is what it is.
+A bound's error says which of the two it is (`io.reads.CONFIGURED`, `io.reads.FIXED`)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,26 @@ MIB = 1 << 20
 # The most one constant a rule reads or computes may hold, in either tier: a mask or a filled scale
 # is small, and an untrusted program may ask `aten.full` (or a payload) for any size.
 MAX_CONSTANT_BYTES = 16 * MIB
+# The most all computed constants of one program may read and write together: an untrusted program
+# may apply a cheap op to one large constant tens of thousands of times (minutes in a 2 MB .pte).
+MAX_COMPUTED_TOTAL_BYTES = 256 * MIB
+# What QL007's one run of a lowered program may allocate, by its recorded shapes: the largest
+# programs of the test zoo need a few MiB; past this the open question is left open, not run.
+RUN_BUDGET_BYTES = 256 * MIB
+# Input integers the static tier's identity verdicts of one program may evaluate (4,096 distinct
+# int16 islands, about a second): tens of thousands of distinct int16 pairs would hold the
+# in-process tier for minutes.
+MAX_EVALUATED_INTEGERS = 1 << 28
+# Nodes a walk up one value's producers visits (to name an operand as the user wrote it, or the
+# program inputs it comes from): real chains are a handful long; a crafted one stops here.
+MAX_WALK_NODES = 10_000
+
+# Files qlint reads besides artifacts, fixed: a config is a page of YAML; the JSON other runs wrote
+# (baselines, metrics, result cache entries) holds thousands of findings or artifacts in a MiB or
+# two; a model source file read for `# qlint: ignore` or a patch is a module, not a data file.
+CONFIG_MAX_BYTES = 1 * MIB
+RECORD_MAX_BYTES = 16 * MIB
+SOURCE_MAX_BYTES = 4 * MIB
 
 
 @dataclass(frozen=True)

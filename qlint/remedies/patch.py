@@ -13,11 +13,10 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
+from qlint.io.limits import SOURCE_MAX_BYTES
 from qlint.io.reads import ReadError, read_input
 from qlint.remedies.remedy import Remedy
 from qlint.rules.records import RemedyReport, RemedyStatus
-
-SOURCE_MAX_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)

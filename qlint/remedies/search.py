@@ -30,7 +30,7 @@ from qlint.fix.apply import (
 )
 from qlint.graph.folds import FoldKind
 from qlint.graph.quantize import export_float, quantize_graph, without_fast_paths
-from qlint.graph.readers import seeded_like
+from qlint.graph.readers import seeded_batches
 from qlint.graph.view import op_name
 from qlint.io.reads import ReadError, first_line
 from qlint.remedies.all_remedies import REMEDIES
@@ -55,6 +55,7 @@ from qlint.rules.records import (
 from qlint.settings.config import Config, RemedyName
 
 SQNR_SEEDS = 4  # seeded batches added to the calibration batches for the SQNR
+SQNR_FIRST_SEED = 1000  # past the verification's seeds (0..VERIFY_SEEDS): the two sets never share a batch
 
 
 class RemedyError(Exception):
@@ -87,17 +88,15 @@ def sqnr_db(reference: Sequence[torch.Tensor], actual: Sequence[torch.Tensor]) -
     return 10.0 * math.log10(signal / noise)
 
 
+def _spread(tensor: Any) -> float:
+    """An example tensor's own spread: the SQNR is measured on inputs like the model's."""
+    return float(tensor.float().std()) if isinstance(tensor, torch.Tensor) and tensor.numel() > 1 else 1.0
+
+
 def sqnr_batches(build: Build, seeds: int = SQNR_SEEDS) -> list[tuple[Any, ...]]:
-    """The calibration batches (or the example) and `seeds` seeded batches scaled like the example."""
-    batches = list(build.calibration) or [build.example]
-    for seed in range(seeds):
-        generator = torch.Generator().manual_seed(1000 + seed)
-        batches.append(tuple(
-            seeded_like(t, generator, scale=float(t.float().std()) if t.numel() > 1 else 1.0)
-            if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-            for t in build.example
-        ))
-    return batches
+    """The calibration batches (or the example) and `seeds` seeded batches scaled like the example,
+    drawn from seeds of their own (SQNR_FIRST_SEED), not the verification's."""
+    return (list(build.calibration) or [build.example]) + seeded_batches(build.example, seeds, SQNR_FIRST_SEED, _spread)
 
 
 def float_outputs(model: Any, batches: Sequence[tuple[Any, ...]]) -> list[torch.Tensor]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from qlint import __version__
+from qlint.io.limits import RECORD_MAX_BYTES
 from qlint.io.reads import ReadError, printable, read_json
 from qlint.report.escape import markdown_code, markdown_text
 from qlint.rules.records import Contributor, Delta, Figures, Finding, Report
@@ -23,7 +24,6 @@ from qlint.settings.sizes import MAX_AMOUNT, show_size
 
 CODE = Code.OVER_BUDGET
 METRICS_SCHEMA = 1
-METRICS_MAX_BYTES = 16 << 20
 # What each budgeted figure is called, and the Figures field that holds it.
 FIGURE = {"sram": "sram_bytes", "flash": "flash_bytes", "fp32_elements": "fp32_elements",
           "fp32_islands": "fp32_islands", "coverage": "coverage"}
@@ -173,7 +173,7 @@ def read_metrics(path: Path) -> dict[str, dict[str, Any]]:
     """A metrics file another run wrote (a pull request's base), checked field by field: the
     figures by artifact. Raises MetricsError naming what is wrong."""
     try:
-        data = read_json(path, METRICS_MAX_BYTES, "metrics file", "a qlint metrics file")
+        data = read_json(path, RECORD_MAX_BYTES, "metrics file", "a qlint metrics file")
     except ReadError as exc:
         raise MetricsError(str(exc)) from None
     if not isinstance(data, dict) or data.get("schema") != METRICS_SCHEMA:

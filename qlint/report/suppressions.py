@@ -12,17 +12,16 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from qlint.io.limits import RECORD_MAX_BYTES, SOURCE_MAX_BYTES
 from qlint.io.reads import ReadError, printable, read_input, read_json
 from qlint.rules.catalog import enabled_rules
 from qlint.rules.records import Finding, Location, Report
 from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config
 
-BASELINE_MAX_BYTES = 16 << 20
 IGNORE = re.compile(r"#\s*qlint:\s*ignore(?:\[(?P<codes>[^\]]*)\])?")
 
 
-SOURCE_MAX_BYTES = 4 << 20
 
 
 class _Sources:
@@ -125,7 +124,7 @@ def apply_baseline(report: Report, path: Path) -> int:
     """Drop findings the baseline accepts (up to its count per key); return how many."""
     where = printable(str(path))
     try:
-        data = read_json(path, BASELINE_MAX_BYTES, "baseline", "a qlint baseline")
+        data = read_json(path, RECORD_MAX_BYTES, "baseline", "a qlint baseline")
     except ReadError as exc:
         raise BaselineError(str(exc)) from None
     allowed: Counter[str] = Counter()

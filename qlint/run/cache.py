@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from qlint import __version__
+from qlint.io.limits import CONFIG_MAX_BYTES, RECORD_MAX_BYTES
 from qlint.io.reads import ReadError, read_input
 from qlint.io.writes import write_atomic
 from qlint.rules.catalog import load_catalog
@@ -50,11 +51,10 @@ from qlint.rules.records import (
     Severity,
 )
 from qlint.rules.table import Code
-from qlint.settings.config import CONFIG_MAX_BYTES, Config, Target
+from qlint.settings.config import Config, Target
 from qlint.settings.options import RunOptions
 
 SCHEMA = 3
-ENTRY_MAX_BYTES = 16 << 20
 KEY_FILE = "signing-key"
 KEY_BYTES = 32
 MAGIC = b"qlint-cache "  # then the entry's signature in hex, a newline and its JSON
@@ -221,7 +221,7 @@ class Cache:
         if secret is None:
             return None
         try:
-            body = unseal(secret, key, read_input(self._file(key), ENTRY_MAX_BYTES, "cache entry"))
+            body = unseal(secret, key, read_input(self._file(key), RECORD_MAX_BYTES, "cache entry"))
             return _report(json.loads(body), artifact) if body is not None else None
         except (ReadError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return None  # missing, corrupt or tampered with: recompute and rewrite

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from qlint._compat import StrEnum
-from qlint.io.limits import Limits
+from qlint.io.limits import CONFIG_MAX_BYTES, Limits
 from qlint.io.reads import ReadError, printable, read_input
 from qlint.rules.catalog import load_catalog
 from qlint.rules.records import Severity
@@ -35,7 +35,6 @@ from qlint.settings.budgets import (
 from qlint.settings.sizes import parse_count, parse_size
 
 CONFIG_NAME = ".qlint.yaml"
-CONFIG_MAX_BYTES = 1 << 20
 # The YAML tags a config may carry: plain scalars, lists and mappings (no
 # !!python/..., !!timestamp, !!binary or application tags).
 _PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map")}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from qlint.io.archive import parse_pt2
+from qlint.io.limits import MAX_EVALUATED_INTEGERS
 from qlint.io.reads import ReadError
 from qlint.io.wellformed import MODEL, QUANT_RANGES
 from qlint.rules import builders
@@ -181,10 +182,6 @@ def scale_chains(graph: StaticGraph, max_elements: int = 1) -> list[ScaleChain]:
     return chains
 
 
-# Integers the identity verdicts of one program may evaluate (4,096 distinct int16 islands, about a
-# second): a crafted program of tens of thousands of distinct int16 pairs would otherwise hold the
-# in-process tier for minutes.
-MAX_EVALUATED_INTEGERS = 1 << 28
 
 
 class _Findings:

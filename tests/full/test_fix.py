@@ -193,7 +193,7 @@ def test_sam_memory_plot_draws_the_reported_plan(sam_fixed: tuple[dict[str, Any]
     assert (shipped.peak.bytes, shipped.peak.fp32_bytes) == (peaks[1].bytes, peaks[1].fp32_bytes) == (5248, 4736)
     svg = (pte.parent.parent / "memory.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
-    assert "![memory.svg](<memory.svg>)" in (pte.parent.parent / "summary.md").read_text()
+    assert "![memory.svg](memory.svg)" in (pte.parent.parent / "summary.md").read_text()
 
 
 def test_sam_fix(sam_fixed: tuple[dict[str, Any], Path]) -> None:

@@ -90,7 +90,7 @@ def test_the_figures_are_executorchs_own_for_the_pte_fix_writes(channels_last: W
 
     code, found, written = channels_last.code, channels_last.found, channels_last.folder
     assert "SRAM budget 40960 B" in (written / "plan.svg").read_text()  # the budget drawn as a line
-    assert "![plan.svg](<plan.svg>)" in (written / "s.md").read_text()
+    assert "![plan.svg](plan.svg)" in (written / "s.md").read_text()
     shipped = (written / "kws.pte").read_bytes()
     plan = deserialize_pte_binary(shipped).program.execution_plan[0]
     figures = json.loads((written / "m.json").read_text())["artifacts"]["target:kws"]
