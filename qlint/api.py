@@ -24,11 +24,25 @@ if TYPE_CHECKING:
 __all__ = ["Config", "FixError", "FixResult", "Remedied", "VerificationError", "fix", "lint", "remedy"]
 
 
-def lint(program: Any, config: Config | None = None, *, artifact: str = "<program>") -> list[Finding]:
-    """Lower a quantized ExportedProgram for Cortex-M and return every finding."""
+def lint(program: Any, config: Config | None = None, *, artifact: str = "<program>",
+         base: dict[str, dict[str, Any]] | None = None) -> list[Finding]:
+    """Lower a quantized ExportedProgram for Cortex-M and return every finding, as `qlint check` does:
+    with budgets in the config, the program is measured as `--fix` would write it and held to them
+    (QL009), and with `base` (a base run's metrics, `--write metrics:`) to their growth limits."""
     from qlint.graph.lint import lint_program
 
-    return lint_program(program, artifact, config or Config()).findings
+    config = config or Config()
+    linted = lint_program(program, artifact, config)
+    if not config.budgets.any:
+        return linted.findings
+    from qlint.fix.measure import measure
+    from qlint.fix.over_budget import figure_findings
+    from qlint.graph.readers import sample_inputs
+    from qlint.rules.records import Report
+    from qlint.settings.options import RunOptions
+
+    figures = measure(program, linted, artifact, config, verification_inputs(sample_inputs(program)), RunOptions())
+    return [*linted.findings, *figure_findings(Report(figures=[figures]), config, base)]
 
 
 def fix(

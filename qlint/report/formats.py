@@ -99,7 +99,7 @@ def text(report: Report, *, quiet: bool = False) -> str:
         lines.extend(fix_lines(summary))
     lines.extend(memory_line(plan) for plan in report.memory)
     if report.compared is not None:
-        from qlint.report.budgets import delta_lines
+        from qlint.report.metrics import delta_lines
 
         lines.extend(delta_lines(report.deltas, report.compared))
     lines = [printable(line) for line in lines]  # names and messages come from artifacts
@@ -296,7 +296,7 @@ def github(report: Report) -> str:
 def _delta_annotations(report: Report) -> list[str]:
     """One notice per artifact whose figures changed against the base run, on its model source line
     (the largest fp32 island's, or the tensor at the SRAM peak's) where one is known."""
-    from qlint.report.budgets import delta_rows
+    from qlint.report.metrics import delta_rows
 
     sources = {f.artifact: next((c.location for c in (*f.fp32, *f.sram, *f.flash) if c.location), None)
                for f in report.figures}
@@ -389,7 +389,7 @@ def markdown(report: Report, attachments: Sequence[str] = ()) -> str:
     if report.memory:
         lines += [*markdown_fence([printable(memory_line(plan)) for plan in report.memory]), ""]
     if report.compared is not None:
-        from qlint.report.budgets import delta_markdown
+        from qlint.report.metrics import delta_markdown
 
         lines += [delta_markdown(report.deltas, report.compared), ""]
     for error in report.errors:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qlint.fix.over_budget import figure_findings
 from qlint.io.reads import CONFIGURED, ReadError, first_line, shown_path
 from qlint.rules.records import InputError, Report
 from qlint.settings.config import Config, RemedyName, Target
@@ -393,8 +394,10 @@ def run(
     jobs: int = 1,
     shard: tuple[int, int] | None = None,
     progress: Callable[[int, int, str], None] | None = None,
+    base: dict[str, dict[str, Any]] | None = None,
 ) -> Report:
-    """Lint (or fix) everything, reported in the serial order.
+    """Lint (or fix) everything, reported in the serial order, then run the rules over the measured
+    figures (QL009, its growth limits against `base`, a base run's metrics).
 
     Targets and `.pte` files always run in a child process (`qlint.run.isolation`);
     with `jobs > 1` so does every artifact, `workers(jobs, ...)` at a time. A child that exits,
@@ -432,6 +435,7 @@ def run(
             pool.shutdown(wait=False, cancel_futures=True)
             stop_children()
             raise
+    report.findings.extend(figure_findings(report, config, base))
     return report
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from qlint.settings.boards import Board, builtin_boards
+from qlint.settings.sizes import show_size
 
 SIZE_KEYS = ("sram", "flash")
 COUNT_KEYS = ("fp32_elements", "fp32_islands")
@@ -124,3 +125,12 @@ class Budgets:
             limits.update({key: Limit(value, level.origin) for key, value in level.limits.items()})
             growth.update({key: (g, level.origin) for key, g in level.growth.items()})
         return Resolved(limits, growth)
+
+
+def show(key: str, value: float) -> str:
+    """A budgeted figure as reports show it: sizes in bytes and KiB/MiB, coverage in %, counts."""
+    if key in ("sram", "flash"):
+        return show_size(int(value))
+    if key == "coverage":
+        return f"{100 * value:.1f}%"
+    return f"{int(value):,}"

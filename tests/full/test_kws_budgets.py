@@ -8,6 +8,7 @@ import json
 import sys
 import textwrap
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,28 @@ def test_compare_shows_what_dropping_channels_last_did_and_a_growth_limit_fails_
     table = summary.read_text()
     assert "| target:kws | fp32_islands | 0 | 1 | +1 |" in table
     assert f"| target:kws | arena_bytes | {before['arena_bytes']:,} B | {after['arena_bytes']:,} B |" in table
+
+
+def test_the_api_holds_a_program_to_the_configs_budgets_as_the_cli_does(
+        quantized: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`qlint.api.lint` returns QL009 where `qlint check` reports it: the rule runs with the others,
+    not in a reporter. Measured as `--fix` writes it, the attention example needs more than 1 KiB of
+    SRAM and of flash."""
+    import torch
+
+    from qlint.api import lint
+    from qlint.settings.config import load_config
+
+    config_path = tmp_path / ".qlint.yaml"
+    config_path.write_text("budgets: {flash: 1KiB, sram: 1KiB}\n")
+    config = load_config(config_path)
+    program = quantized("make_attention")
+    found = [f for f in lint(program, config, artifact="attention.pt2") if f.code == "QL009"]
+    torch.export.save(program, str(tmp_path / "attention.pt2"))
+    _, out, _ = run_cli(["check", "--config", str(config_path), "--no-cache", "--output-format", "json",
+                         str(tmp_path / "attention.pt2")], capsys)
+    by_cli = [f for f in json.loads(out)["findings"] if f["code"] == "QL009"]
+    assert sorted(f.details["budget"] for f in found) == ["flash", "sram"]
+    assert sorted(f.message for f in found) == sorted(f["message"] for f in by_cli)
+    # Without budgets, no figure is measured and none is found.
+    assert not [f for f in lint(program, artifact="attention.pt2") if f.code == "QL009"]

@@ -56,8 +56,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 def test_each_tiers_registry_has_exactly_the_table_rows_of_its_scope() -> None:
     """Every rule of the table has one function in the registry of the layer that computes it, and
     no registry holds a code the table does not give it: the table decides what runs, typed."""
-    from qlint.report.budgets import FIGURE_RULES
-    from qlint.report.suppressions import REPORT_RULES
+    from qlint.fix.over_budget import FIGURE_RULES
+    from qlint.run.suppressions import REPORT_RULES
     from qlint.static.rules import STATIC_RULES
 
     catalog = load_catalog()

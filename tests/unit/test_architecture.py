@@ -121,3 +121,12 @@ def test_the_layer_checks_find_what_they_look_for() -> None:
     assert layer("qlint.io.reads") < layer("qlint.graph.view") < layer("qlint.cli.main")
     assert "torch" in imports_of(PACKAGE / "graph" / "view.py", module_level_only=True)
     assert "torch" not in imports_of(PACKAGE / "cli" / "main.py", module_level_only=True)
+
+
+def test_no_reporter_constructs_a_finding() -> None:
+    """Rules run where rules run (the tiers, `fix.over_budget`, `run.suppressions`); `report/` formats."""
+    for name, path in MODULES.items():
+        if name.startswith("qlint.report"):
+            calls = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
+                     and isinstance(n.func, ast.Name) and n.func.id == "Finding"]
+            assert not calls, name

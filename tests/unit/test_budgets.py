@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from qlint.report.budgets import MetricsError, delta_markdown, deltas, metrics_json, over_budget, read_metrics
+from qlint.fix.over_budget import over_budget
+from qlint.report.metrics import MetricsError, delta_markdown, deltas, metrics_json, read_metrics
 from qlint.rules.records import Contributor, Figures, Location, Report
 from qlint.settings.boards import builtin_boards
 from qlint.settings.config import ConfigError, load_config

@@ -24,7 +24,7 @@ HOSTILE = [
 
 def hostile_report() -> Report:
     """Every section of a report, each naming the hostile artifacts (and a message that names one)."""
-    from qlint.report.budgets import deltas
+    from qlint.report.metrics import deltas
     from qlint.rules.records import ArtifactStats, Figures, Finding, InputError, Location, Severity
 
     base = {name: Figures(name, "the .pte as shipped", fp32_islands=0).to_dict() for name in HOSTILE}

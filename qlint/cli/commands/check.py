@@ -2,8 +2,9 @@
 exit by the findings.
 
 `cmd_check` is seven steps, in this order, each under its heading below: validate the options,
-select the inputs, run the engine, hold the figures to the budgets, apply suppressions and the
-baseline, write the outputs, decide the exit code. A step that ends the run returns its exit code
+select the inputs (and read the base run's metrics), run the engine (which runs every rule, QL009
+over the measured figures too), compare with the base run, apply suppressions and the baseline,
+write the outputs, decide the exit code. A step that ends the run returns its exit code
 and the later ones do not run. Torch is imported by the engine only, once a program has to be
 read: with `--static` never.
 """
@@ -46,8 +47,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if base is False:
         return EXIT_ERROR
     paths, targets = _inputs(args, config)
-    report = _run_engine(args, config, options, paths, targets)
-    _budgets(report, args, config, base)
+    report = _run_engine(args, config, options, paths, targets, base)
+    _compare(report, args, base)
     ended = _settle(report, args, config)
     if ended is not None:
         return ended
@@ -141,8 +142,9 @@ def _inputs(args: argparse.Namespace, config: Config) -> tuple[list[Path], list[
 
 
 def _run_engine(args: argparse.Namespace, config: Config, options: RunOptions, paths: list[Path],
-                targets: list[Target]) -> Report:
-    """The report of every selected input, answered from the result cache where it has one."""
+                targets: list[Target], base: dict[str, dict[str, Any]] | None) -> Report:
+    """The report of every selected input, answered from the result cache where it has one, with
+    the rules over the measured figures (QL009 against `base`, the metrics `--compare` names)."""
     from qlint.graph import stack
     from qlint.run import engine
 
@@ -157,7 +159,8 @@ def _run_engine(args: argparse.Namespace, config: Config, options: RunOptions, p
     if args.static:
         _say_static_scope()
     return engine.run(
-        paths, targets, config, options, cache, jobs=args.jobs, shard=args.shard, progress=_progress_bar(args)
+        paths, targets, config, options, cache, jobs=args.jobs, shard=args.shard, progress=_progress_bar(args),
+        base=base,
     )
 
 
@@ -191,7 +194,7 @@ def _progress_bar(args: argparse.Namespace) -> Callable[[int, int, str], None] |
     return show
 
 
-# Hold the figures to the budgets.
+# Read the base run's metrics, and compare with them.
 
 
 def _base_metrics(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None | Literal[False]:
@@ -199,7 +202,7 @@ def _base_metrics(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None 
     False after an error line when they cannot be read."""
     if args.compare is None:
         return None
-    from qlint.report.budgets import MetricsError, read_metrics
+    from qlint.report.metrics import MetricsError, read_metrics
 
     try:
         return read_metrics(args.compare)
@@ -208,15 +211,12 @@ def _base_metrics(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None 
         return False
 
 
-def _budgets(report: Report, args: argparse.Namespace, config: Config,
-             base: dict[str, dict[str, Any]] | None) -> None:
-    """Add a QL009 for each budget the figures break (with `--compare`, each growth limit too) and
-    what changed against the base run."""
-    from qlint.report.budgets import budget_findings, deltas
-
+def _compare(report: Report, args: argparse.Namespace, base: dict[str, dict[str, Any]] | None) -> None:
+    """What changed against the base run `--compare` names, for the reports to show."""
     if base is not None:
+        from qlint.report.metrics import deltas
+
         report.compared, report.deltas = printable(str(args.compare)), deltas(report, base)
-    report.findings.extend(budget_findings(report, config, base))
 
 
 # Apply suppressions and the baseline.
@@ -228,7 +228,7 @@ def _settle(report: Report, args: argparse.Namespace, config: Config) -> int | N
 
     The baseline is written after the suppressions, so that it records only what is still shown.
     """
-    from qlint.report.suppressions import apply_suppressions
+    from qlint.run.suppressions import apply_suppressions
 
     apply_suppressions(report, config)
     if report.checked == 0 and not report.errors:
@@ -239,7 +239,7 @@ def _settle(report: Report, args: argparse.Namespace, config: Config) -> int | N
 
 def _baseline(report: Report, args: argparse.Namespace) -> int | None:
     """Write the baseline (the run ends: its exit code) or drop what it accepts (None: go on)."""
-    from qlint.report.suppressions import BaselineError, apply_baseline, write_baseline
+    from qlint.run.suppressions import BaselineError, apply_baseline, write_baseline
 
     try:
         if args.write_baseline:
@@ -355,7 +355,7 @@ def _write_patch(report: Report, path: Path, config: Config, written: list[Path]
 
 def _write_metrics(report: Report, path: Path, config: Config, written: list[Path]) -> str | None:
     from qlint.io.writes import write_atomic
-    from qlint.report.budgets import metrics_json
+    from qlint.report.metrics import metrics_json
 
     write_atomic(path, (metrics_json(report) + "\n").encode())
     return None

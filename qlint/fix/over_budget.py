@@ -1,46 +1,27 @@
-"""Budgets and deltas over the figures of a run: QL009 findings, the metrics file, and what a change did.
+"""QL009 over-budget: each artifact's measured figures against the config's budgets, and with a base
+run's metrics (`--compare`), against its growth limits.
 
-The engine measures each artifact's figures (`Figures`, when budgets or metrics ask); here they
-meet the config's budgets (`qlint.settings.budgets`) and, with `--compare`, a base run's metrics
-file. Nothing here lowers or serializes: the budget check costs no lowering.
+The figures are measured where programs are (`fix.measure`); this rule reads them with the config's
+budgets (`settings.budgets`) and lowers or serializes nothing. It runs with the other rules of a
+check (`run.engine`, `api.lint`), never in a reporter.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from qlint import __version__
-from qlint.io.limits import RECORD_MAX_BYTES
-from qlint.io.reads import ReadError, printable, read_json
-from qlint.report.escape import markdown_code, markdown_text
-from qlint.rules.records import Contributor, Delta, Figures, Finding, Report
+from qlint.rules.records import Contributor, Figures, Finding, Report
 from qlint.rules.table import Code
-from qlint.settings.budgets import Growth, Resolved
+from qlint.settings.budgets import Growth, Resolved, show
 from qlint.settings.config import Config
-from qlint.settings.sizes import MAX_AMOUNT, show_size
 
 CODE = Code.OVER_BUDGET
-METRICS_SCHEMA = 1
 # What each budgeted figure is called, and the Figures field that holds it.
 FIGURE = {"sram": "sram_bytes", "flash": "flash_bytes", "fp32_elements": "fp32_elements",
           "fp32_islands": "fp32_islands", "coverage": "coverage"}
 LABEL = {"sram": "SRAM", "flash": "flash", "fp32_elements": "fp32 elements per inference",
          "fp32_islands": "fp32 islands", "coverage": "int8 coverage"}
-
-
-class MetricsError(Exception):
-    """A metrics file that cannot be read: one line, exit code 2."""
-
-
-def show(key: str, value: float) -> str:
-    if key in ("sram", "flash"):
-        return show_size(int(value))
-    if key == "coverage":
-        return f"{100 * value:.1f}%"
-    return f"{int(value):,}"
 
 
 def _contributors(key: str, figures: Figures) -> tuple[Contributor, ...]:
@@ -124,7 +105,7 @@ def _signed(key: str, change: float) -> str:
     return ("+" if change >= 0 else "-") + show(key, abs(change))
 
 
-def budget_findings(report: Report, config: Config, base: dict[str, dict[str, Any]] | None) -> list[Finding]:
+def figure_findings(report: Report, config: Config, base: dict[str, dict[str, Any]] | None) -> list[Finding]:
     """The findings of the rules over the run's figures (QL009), through the rule table."""
     from qlint.rules.catalog import enabled_rules
     from qlint.rules.table import Scope
@@ -161,112 +142,3 @@ def over_budget(report: Report, config: Config, base: dict[str, dict[str, Any]] 
 FIGURE_RULES: dict[Code, Callable[[Report, Config, dict[str, dict[str, Any]] | None], list[Finding]]] = {
     Code.OVER_BUDGET: over_budget,
 }
-
-
-def metrics_json(report: Report) -> str:
-    """`--write metrics:FILE`: each artifact's figures, keyed by artifact, with a schema version."""
-    return json.dumps({"schema": METRICS_SCHEMA, "qlint": __version__,
-                       "artifacts": {f.artifact: f.to_dict() for f in report.figures}}, indent=2, sort_keys=True)
-
-
-def read_metrics(path: Path) -> dict[str, dict[str, Any]]:
-    """A metrics file another run wrote (a pull request's base), checked field by field: the
-    figures by artifact. Raises MetricsError naming what is wrong."""
-    try:
-        data = read_json(path, RECORD_MAX_BYTES, "metrics file", "a qlint metrics file")
-    except ReadError as exc:
-        raise MetricsError(str(exc)) from None
-    if not isinstance(data, dict) or data.get("schema") != METRICS_SCHEMA:
-        raise MetricsError(f"{path}: not a qlint metrics file of schema {METRICS_SCHEMA}")
-    artifacts = data.get("artifacts")
-    if not isinstance(artifacts, dict):
-        raise MetricsError(f"{path}: `artifacts` is not a mapping")
-    for name, figures in artifacts.items():
-        if not isinstance(figures, dict):
-            raise MetricsError(f"{path}: {printable(name)[:80]}: not a mapping of figures")
-        for key in Figures.METRICS:
-            problem = _metric_problem(key, figures.get(key))
-            if problem is not None:
-                shown = printable(repr(figures.get(key)))[:40]
-                raise MetricsError(f"{path}: {printable(name)[:80]}: {key} is not {problem}: {shown}")
-    return artifacts
-
-
-def _metric_problem(key: str, value: Any) -> str | None:
-    """What a figure of a metrics file should be, when it is not: bytes and counts are whole numbers
-    up to `MAX_AMOUNT` (compared exactly as floats), coverage a share from 0 to 1."""
-    if value is None:
-        return None
-    if key == "coverage":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            return "a share from 0 to 1"
-        return None
-    if type(value) is not int or not 0 <= value <= MAX_AMOUNT:
-        return "a whole number from 0 to 2**53"
-    return None
-
-
-def deltas(report: Report, base: dict[str, dict[str, Any]]) -> list[Delta]:
-    """What changed against the base run, artifact by artifact; new and removed ones included."""
-    now = {f.artifact: f.to_dict() for f in report.figures}
-    names = sorted({*now, *base})
-    return [Delta(name, base.get(name), now.get(name)) for name in names]
-
-
-_SHOWN = {"fp32_islands": "fp32_islands", "fp32_elements": "fp32_elements", "coverage": "coverage",
-          "arena_bytes": "sram", "live_peak_bytes": "sram", "method_allocator_bytes": "sram", "sram_bytes": "sram",
-          "flash_bytes": "flash"}
-
-
-def _exact(key: str, value: float) -> str:
-    """A figure for the delta table: bytes as bytes (one unit down a column), counts, coverage in %."""
-    kind = _SHOWN[key]
-    if kind in ("sram", "flash"):
-        return f"{int(value):,} B"
-    return show(kind, value)
-
-
-def _cell(key: str, value: Any) -> str:
-    return "-" if value is None else _exact(key, value)
-
-
-def _difference(key: str, before: Any, after: Any) -> str:
-    if before is None or after is None:
-        return ""
-    change = after - before
-    if _SHOWN[key] == "coverage":
-        return f"{100 * change:+.1f} points"
-    return ("+" if change >= 0 else "-") + _exact(key, abs(change))
-
-
-def delta_rows(found: list[Delta]) -> list[list[str]]:
-    """[artifact, figure, before, after, difference] for every change, new and removed artifacts."""
-    rows = []
-    for delta in found:
-        if delta.before is None:
-            rows.append([delta.artifact, "(new)", "", "", ""])
-        elif delta.after is None:
-            rows.append([delta.artifact, "(removed)", "", "", ""])
-        rows += [[delta.artifact, key, _cell(key, b), _cell(key, a), _difference(key, b, a)]
-                 for key, b, a in delta.changed()]
-    return rows
-
-
-def delta_lines(found: list[Delta], base: str) -> list[str]:
-    """The comparison as text, a line each (names are escaped by the caller, line by line)."""
-    rows = delta_rows(found)
-    if not rows:
-        return [f"compared with {base}: no figure changed"]
-    lines = [f"compared with {base}:"]
-    lines += [f"  {r[0]}: {r[1]}" + (f" {r[2]} -> {r[3]} ({r[4]})" if r[2] or r[3] else "") for r in rows]
-    return lines
-
-
-def delta_markdown(found: list[Delta], base: str) -> str:
-    rows = delta_rows(found)
-    if not rows:
-        return f"No figure changed against {markdown_code(base)}."
-    lines = [f"Compared with {markdown_code(base)}:", "", "| artifact | figure | before | after | change |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {markdown_text(row[0])} | " + " | ".join(row[1:]) + " |" for row in rows]  # the name is an input's
-    return "\n".join(lines)
