@@ -56,7 +56,7 @@ class FindingFactory:
                 return found
         return None
 
-    def make(
+    def finding(
         self, code: Code, message: str, nodes: tuple[Node, ...] = (), fixable: bool = False, **details: Any
     ) -> Finding:
         location = self.location(*nodes)
@@ -82,7 +82,7 @@ class Context:
 
     view: GraphView
     analysis: Analysis
-    make: FindingFactory
+    factory: FindingFactory
     failure: LoweringError | None = None
     verbose: bool = False
     plans: dict[Region, Fold | Left] = field(default_factory=dict)
@@ -135,7 +135,7 @@ def lowering_failed(context: Context) -> list[Finding]:
     exc = context.failure
     assert exc is not None
     nodes = (exc.node,) if exc.node is not None else ()
-    return [context.make.make(Code.LOWERING_FAILED, lowering_message(exc, context.verbose), nodes,
+    return [context.factory.finding(Code.LOWERING_FAILED, lowering_message(exc, context.verbose), nodes,
                               pass_name=exc.pass_name, graph_nodes=graph_nodes(context.view, dict.fromkeys(nodes, 0)))]
 
 
@@ -153,13 +153,13 @@ def constant_scale(context: Context, region: Region) -> Finding:
         region.blocked, fp32_elements(context.view, island),
         graph_nodes(context.view, fp32_by_node(context.view, island)))
     nodes = (region.anchor, *island.nodes)
-    return context.make.make(Code.CONSTANT_SCALE_ISLAND, message, nodes, context.fixable(region), **details)
+    return context.factory.finding(Code.CONSTANT_SCALE_ISLAND, message, nodes, context.fixable(region), **details)
 
 
 def fp32_island(context: Context, region: Region) -> Finding:
     island = region.island
     elements = fp32_elements(context.view, island)
-    return context.make.make(
+    return context.factory.finding(
         Code.FP32_ISLAND,
         f"fp32 island ({', '.join(island.ops)}), {elements} fp32 elements per inference: {region.reason}",
         (region.anchor, *island.nodes),
@@ -178,7 +178,7 @@ def constant_subgraph(context: Context, region: Region) -> Finding:
     message = f"constant subgraph ({', '.join(island.ops)}), {elements} fp32 elements per inference: {region.reason}"
     if constant.misread:
         message += f"; {constant.misread}"
-    return context.make.make(
+    return context.factory.finding(
         Code.CONSTANT_SUBGRAPH,
         message,
         (region.anchor, *reversed(island.nodes)),
@@ -199,19 +199,19 @@ def requantize(context: Context, region: Region) -> Finding:
     exhaustive = region.exhaustive()
     message, details = builders.requantize(qp_in, qp_out, exhaustive is not None and exhaustive.identity,
                                            graph_nodes(view, {dq: numel(dq), q: 0}))
-    return context.make.make(Code.REQUANTIZE_PAIR, message, (q, dq, *dq.all_input_nodes), context.fixable(region),
+    return context.factory.finding(Code.REQUANTIZE_PAIR, message, (q, dq, *dq.all_input_nodes), context.fixable(region),
                              **details)
 
 
 def low_coverage(context: Context) -> list[Finding]:
-    config, cov = context.make.config, context.coverage
+    config, cov = context.factory.config, context.coverage
     if cov.ratio >= config.coverage_threshold:
         return []
     listed = ", ".join(f"{name} x{count}" for name, count in cov.fp32_op_counts.most_common())
     by_cause = fp32_causes(context)
     main = f"; main cause ({by_cause[0][1]} ops): {by_cause[0][0]}" if by_cause else ""
     return [
-        context.make.make(
+        context.factory.finding(
             Code.INT8_COVERAGE,
             f"int8 coverage {_percent_down(cov.ratio)} < {config.coverage_threshold * 100:g}%: "
             f"{cov.total - cov.int_ops} of {cov.total} compute ops run in fp32 ({listed}){main}",
@@ -267,7 +267,7 @@ def lowered_program_invalid(context: Context) -> list[Finding]:
     if invalid is None:
         return []
     return [
-        context.make.make(
+        context.factory.finding(
             Code.LOWERED_PROGRAM_INVALID, invalid_message(invalid), (invalid.node,),
             op=op_name(invalid.node), input_dtypes=invalid.dtypes, reason=invalid.reason,
             graph_nodes=graph_nodes(context.view, {invalid.node: numel(invalid.node) if is_float(invalid.node) else 0}),

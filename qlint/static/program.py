@@ -16,8 +16,7 @@ from typing import Any
 from qlint.io.archive import Pt2Archive
 from qlint.io.limits import MAX_CONSTANT_BYTES
 from qlint.io.wellformed import LIFTED, SCALAR_TYPES, qparams_problem
-from qlint.rules.ops import NOT_A_CHAIN
-from qlint.rules.ops import SHAPE_OPS as ALL_SHAPE_OPS
+from qlint.rules.ops import NOT_A_CHAIN, SHAPE_OPS
 from qlint.rules.qparams import EXHAUSTIVE_DTYPES, QParams
 from qlint.settings.config import ConstantKind
 from qlint.static.float32 import binary, dequantize, f32, quantize
@@ -25,7 +24,7 @@ from qlint.static.float32 import binary, dequantize, f32, quantize
 DQ = "quantized_decomposed.dequantize_per_tensor.default"
 Q = "quantized_decomposed.quantize_per_tensor.default"
 # A chain of one tensor in, one out (the walk of an island before lowering): no join, fork or cast.
-SHAPE_OPS = ALL_SHAPE_OPS - NOT_A_CHAIN
+CHAIN_SHAPE_OPS = SHAPE_OPS - NOT_A_CHAIN
 _FLOAT_DTYPES = {"float16", "float32", "float64"}
 
 
@@ -348,7 +347,7 @@ def _evaluate(graph: StaticGraph, node: StaticNode) -> Uniform | None:
         return Uniform(_cast(float(args[_FILL[base]]), dtype), dtype or "float32")
     if base in _ONE_ZERO:
         return Uniform(_ONE_ZERO[base], dtype or "float32")
-    if base in SHAPE_OPS | CASTS | _GATHERS and args:
+    if base in CHAIN_SHAPE_OPS | CASTS | _GATHERS and args:
         source = graph.operand(args[0])
         return Uniform(_cast(source.value, dtype), dtype or source.dtype) if source is not None else None
     if base in ("add", "sub", "mul", "div", "rsub") and len(args) >= 2:

@@ -36,8 +36,8 @@ from qlint.settings.guards import blocked_guards
 from qlint.static.float32 import is_identity
 from qlint.static.program import (
     CASTS,
+    CHAIN_SHAPE_OPS,
     DQ,
-    SHAPE_OPS,
     Q,
     Ref,
     StaticConstant,
@@ -80,7 +80,7 @@ def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleCha
     before: list[StaticNode] = []
     source = graph.nodes.get(dq_side.name)
     while source is not None and source.op != DQ:
-        if source.base not in SHAPE_OPS or len(source.users) != 1:
+        if source.base not in CHAIN_SHAPE_OPS or len(source.users) != 1:
             return None
         before.append(source)
         source = graph.nodes.get(source.refs[0]) if source.refs else None
@@ -92,7 +92,7 @@ def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleCha
     while current is not end:
         current = current.users[0]
         nodes.append(current)
-    steps = [_step(graph, node, max_elements) for node in nodes if node.base not in SHAPE_OPS]
+    steps = [_step(graph, node, max_elements) for node in nodes if node.base not in CHAIN_SHAPE_OPS]
     if None in steps:
         return None
     return ScaleChain(source, nodes, steps, list(current.users))  # type: ignore[arg-type]
@@ -113,7 +113,7 @@ def _island_end(graph: StaticGraph, start: StaticNode) -> StaticNode | None:
             end = current if current.users else None
             break
         following = current.users[0] if len(current.users) == 1 else None
-        if following is None or following.base not in SHAPE_OPS and (
+        if following is None or following.base not in CHAIN_SHAPE_OPS and (
                 following.base not in SCALE_OPS | OFFSET_OPS or _runtime_operand(graph, following) is None):
             break
         current = following
@@ -184,7 +184,7 @@ def scale_chains(graph: StaticGraph, max_elements: int = 1) -> list[ScaleChain]:
 
 
 
-class _Findings:
+class FindingFactory:
     def __init__(self, artifact: str, config: Config) -> None:
         self.artifact, self.config = artifact, config
         self.decided: set[tuple[QParams, tuple[tuple[str, float], ...], QParams]] = set()
@@ -208,12 +208,12 @@ class _Findings:
                 return found
         return None
 
-    def make(self, code: Code, message: str, nodes: tuple[StaticNode, ...], **details: Any) -> Finding:
+    def finding(self, code: Code, message: str, nodes: tuple[StaticNode, ...], **details: Any) -> Finding:
         return Finding(code=code, severity=self.config.severity(code), message=message, artifact=self.artifact,
                        node=nodes[0].name, location=self.location(*nodes), fixable=False, details=details)
 
 
-def scale_finding(make: _Findings, graph: StaticGraph, chain: ScaleChain, config: Config) -> Finding | None:
+def scale_finding(factory: FindingFactory, graph: StaticGraph, chain: ScaleChain, config: Config) -> Finding | None:
     """The island's QL001 finding, or its QL002 one when a constant the tier cannot compute decides
     between the two; None when its outputs are not one per-tensor quantize or its rule is off."""
     qp_in = qparams(chain.dq)
@@ -222,8 +222,8 @@ def scale_finding(make: _Findings, graph: StaticGraph, chain: ScaleChain, config
         return None
     qp_out: QParams = outs.pop()  # type: ignore[assignment]
     nodes = _fp32_nodes(graph, chain)
-    anchor = next(n for n in chain.nodes if n.base not in SHAPE_OPS)
-    ops = [n.op for n in chain.nodes if n.base not in SHAPE_OPS]
+    anchor = next(n for n in chain.nodes if n.base not in CHAIN_SHAPE_OPS)
+    ops = [n.op for n in chain.nodes if n.base not in CHAIN_SHAPE_OPS]
     shared = {"ops": ops, "fp32_elements": sum(nodes.values()), "graph_nodes": nodes}
     if chain.unknown:
         shared["undecided"] = _undecided(chain)
@@ -231,14 +231,15 @@ def scale_finding(make: _Findings, graph: StaticGraph, chain: ScaleChain, config
         reason = (f"undecided: {_undecided(chain)}; QL001 if it holds one value (its identity verdict undecided), "
                   f"QL002 if it differs by position: {RUN_FULL}")
         message = f"fp32 island ({', '.join(ops)}), {sum(nodes.values())} fp32 elements per inference: {reason}"
-        return make.make(Code.FP32_ISLAND, message, (anchor, *chain.nodes), reason=reason, identity=None, **shared)
+        return factory.finding(Code.FP32_ISLAND, message, (anchor, *chain.nodes), reason=reason, identity=None,
+                               **shared)
     steps = tuple((op, value) for _, op, _, value in chain.steps if value is not None)
-    identity = None if chain.unknown else make.identity(qp_in, steps, qp_out)
+    identity = None if chain.unknown else factory.identity(qp_in, steps, qp_out)
     blocked = blocked_guards(config.fold, qp_in, [c.kind for _, _, c, _ in chain.steps], qp_out)
     message, details = builders.constant_scale(
         ops, _terms(chain), qp_in, qp_out, identity, blocked, sum(nodes.values()), nodes,
         _undecided(chain) if chain.unknown else None)
-    return make.make(Code.CONSTANT_SCALE_ISLAND, message, (anchor, *chain.nodes), **details)
+    return factory.finding(Code.CONSTANT_SCALE_ISLAND, message, (anchor, *chain.nodes), **details)
 
 
 def _terms(chain: ScaleChain) -> list[Term]:
@@ -267,16 +268,16 @@ def _past_casts(node: StaticNode) -> StaticNode:
     return node
 
 
-def scale_findings(make: _Findings, graph: StaticGraph, config: Config) -> Iterator[Finding]:
+def scale_findings(factory: FindingFactory, graph: StaticGraph, config: Config) -> Iterator[Finding]:
     """QL001 of each constant scale island, and QL002 of each one whose undecided constant has several
     elements (`ScaleChain.code`), as far as the config selects them."""
     for chain in scale_chains(graph, config.fold.max_elements):
-        found = scale_finding(make, graph, chain, config)
+        found = scale_finding(factory, graph, chain, config)
         if found is not None:
             yield found
 
 
-def requantize_findings(make: _Findings, graph: StaticGraph, config: Config) -> Iterator[Finding]:
+def requantize_findings(factory: FindingFactory, graph: StaticGraph, config: Config) -> Iterator[Finding]:
     for dq in graph.order:
         if dq.op != DQ or not dq.refs or not graph.is_runtime(Ref(dq.refs[0])):
             continue
@@ -285,9 +286,9 @@ def requantize_findings(make: _Findings, graph: StaticGraph, config: Config) -> 
             if q.op != Q or qp_in is None or qp_out is None:
                 continue
             producer = [graph.nodes[r] for r in dq.refs if r in graph.nodes]
-            message, details = builders.requantize(qp_in, qp_out, make.identity(qp_in, (), qp_out),
+            message, details = builders.requantize(qp_in, qp_out, factory.identity(qp_in, (), qp_out),
                                                    {dq.name: dq.numel, q.name: 0})
-            yield make.make(Code.REQUANTIZE_PAIR, message, (q, dq, *producer), **details)
+            yield factory.finding(Code.REQUANTIZE_PAIR, message, (q, dq, *producer), **details)
 
 
 def lint_static(data: bytes, artifact: str, config: Config) -> Report:
@@ -299,10 +300,10 @@ def lint_static(data: bytes, artifact: str, config: Config) -> Report:
     # that breaks the reading is a corrupt file, reported in one line.
     try:
         graph = StaticGraph(archive)
-        make = _Findings(artifact, config)
+        factory = FindingFactory(artifact, config)
         findings: list[Finding] = []
         for rule in enabled_rules(Scope.REGION, config, tier="static"):
-            findings.extend(STATIC_RULES[rule.code](make, graph, config))
+            findings.extend(STATIC_RULES[rule.code](factory, graph, config))
     except (TypeError, KeyError, AttributeError, ValueError, IndexError, OverflowError) as exc:
         raise ReadError(f"corrupt {MODEL}: {type(exc).__name__} while reading its graph") from None
     islands_found = [f for f in findings if f.code != Code.REQUANTIZE_PAIR]
@@ -313,7 +314,7 @@ def lint_static(data: bytes, artifact: str, config: Config) -> Report:
 
 
 # This tier's registry: the region rules it decides, each over the whole program.
-StaticRule: TypeAlias = Callable[[_Findings, StaticGraph, Config], Iterator[Finding]]
+StaticRule: TypeAlias = Callable[[FindingFactory, StaticGraph, Config], Iterator[Finding]]
 STATIC_RULES: dict[Code, StaticRule] = {
     Code.CONSTANT_SCALE_ISLAND: scale_findings, Code.REQUANTIZE_PAIR: requantize_findings,
 }
