@@ -12,13 +12,17 @@ import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qlint.fix.over_budget import figure_findings
 from qlint.io.reads import CONFIGURED, ReadError, first_line, shown_path
 from qlint.rules.records import InputError, Report
+from qlint.run.cache import Cache
 from qlint.settings.config import Config, RemedyName, Target
 from qlint.settings.options import RunOptions
+
+if TYPE_CHECKING:
+    from qlint.fix.apply import FixResult
 
 
 def _matches(rel: str, patterns: Iterable[str]) -> bool:
@@ -136,7 +140,7 @@ def fix_into(
     record_fix(report, result, artifact, destination)
 
 
-def _measured_fix(report: Report, artifact: str, result: Any, options: RunOptions) -> None:
+def _measured_fix(report: Report, artifact: str, result: FixResult, options: RunOptions) -> None:
     """The figures of a fix that was made, when budgets or metrics ask (`--diff` writes no program:
     its figures have no memory, and a memory budget says it was not measured)."""
     if options.measure:
@@ -148,7 +152,7 @@ def _measured_fix(report: Report, artifact: str, result: Any, options: RunOption
         report.figures.append(figures)
 
 
-def record_fix(report: Report, result: Any, artifact: str, destination: Path) -> None:
+def record_fix(report: Report, result: FixResult, artifact: str, destination: Path) -> None:
     """Write a verified fix's .pte (none for a dry run) and add its findings and summary to the report."""
     from qlint.io.writes import write_atomic
 
@@ -164,7 +168,8 @@ def record_fix(report: Report, result: Any, artifact: str, destination: Path) ->
     report.fixes.append(result.summary)
 
 
-def lint_file(path: Path, config: Config, options: RunOptions, cache: Any = None, *, isolate: bool = False) -> Report:
+def lint_file(path: Path, config: Config, options: RunOptions, cache: Cache | None = None, *,
+              isolate: bool = False) -> Report:
     """Read one artifact's bytes once (bounded), answer from the cache or lint them.
 
     The cache is consulted here, before any child process or torch import. A
@@ -187,7 +192,7 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Any = None
     except ReadError as exc:
         return Report(errors=[InputError(artifact, str(exc))])
     key = cache.key(data, artifact) if cache is not None and options.fix is None else None
-    hit = cache.get(key, artifact) if key is not None else None
+    hit = cache.get(key, artifact) if cache is not None and key is not None else None
     if hit is not None:
         return hit
     if options.static:
@@ -199,7 +204,7 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Any = None
         )
     else:
         report = lint_bytes(path, data, artifact, config, options)
-    if key is not None:
+    if cache is not None and key is not None:
         cache.put(key, report)
     return report
 
@@ -354,14 +359,14 @@ def plan_work(
     return work, errors
 
 
-def target_key(work: Work, config: Config, options: RunOptions, cache: Any) -> str | None:
+def target_key(work: Work, config: Config, options: RunOptions, cache: Cache | None) -> str | None:
     """The cache entry of a target check (never of a fix, which writes a program)."""
     if work.target is None or cache is None or options.fix is not None:
         return None
     return cache.target_key(work.target, config)
 
 
-def run_one(work: Work, config: Config, options: RunOptions, cache: Any = None, *, isolate: bool = False,
+def run_one(work: Work, config: Config, options: RunOptions, cache: Cache | None = None, *, isolate: bool = False,
             key: str | None = None) -> Report:
     """One file or target; targets always in a child process of their own (`key`: the target's cache entry)."""
     from qlint.run.isolation import run_isolated
@@ -372,7 +377,7 @@ def run_one(work: Work, config: Config, options: RunOptions, cache: Any = None, 
                 lint_target, (work.target, config, options), name=work.name, limits=config.limits,
                 verbose=options.verbose,
             )
-            if key is not None:
+            if cache is not None and key is not None:
                 cache.put(key, report)
         else:
             assert work.path is not None
@@ -389,7 +394,7 @@ def run(
     targets: list[Target],
     config: Config,
     options: RunOptions | None = None,
-    cache: Any = None,
+    cache: Cache | None = None,
     *,
     jobs: int = 1,
     shard: tuple[int, int] | None = None,
@@ -411,7 +416,8 @@ def run(
     work, errors = plan_work(paths, targets, config, shard)
     report = Report(errors=errors)
     keys = {id(w): target_key(w, config, options, cache) for w in work if w.target is not None}
-    answered = {id(w): hit for w in work if (key := keys.get(id(w))) and (hit := cache.get(key, w.name))}
+    answered = {id(w): hit for w in work
+                if cache is not None and (key := keys.get(id(w))) and (hit := cache.get(key, w.name))}
     if work and not options.static and (jobs > 1 or any(w.target is not None and id(w) not in answered for w in work)):
         from qlint.run.isolation import warm_up
 
