@@ -8,6 +8,11 @@ ExecuTorch's schema (`executorch/exir/schema.py`) and emitter:
   arguments included), then its return: one tensor, or a `TensorList` of them;
   each call becomes a node on the functional overload with the same non-out
   arguments, kwarg-only ones as keywords;
+- a program input need not be a tensor: a model that takes a Python number is
+  exported with the example's value, which the emitter
+  (`exir/emit/_emitter.py`, `_TopLevelEmitter.placeholder`) lists among the
+  plan's inputs as an `Int`, `Double` or `Bool`; an instruction reads it as
+  any scalar argument, and it is no node;
 - a static view is not an instruction: its value shares the memory of the tensor
   it views, so a value read before any instruction writes it is a view of the
   last value written at the same planned offset (it becomes `aten.view_copy`);
@@ -430,6 +435,8 @@ class _PlanReader:
     def read(self) -> Any:
         self.budget.read(len(self.plan.inputs) + len(self.plan.outputs))
         for index in self.plan.inputs:
+            if type(self.value(index)).__name__ != "Tensor":
+                continue  # a scalar input: an argument where it is read (see the module's docstring)
             self.touch(index)
             self.placeholder(index)
             where = self.allocation(self.tensor_value(index))

@@ -192,3 +192,27 @@ def test_eval_batch_norm_statistics_are_read_as_the_cpu_export_records_them(levi
         return
     [island] = [f for f in lint_pte(data, "levit_mlp.pte", Config()).findings if f.code == "QL002"]
     assert island.details["ops"] == ["aten._native_batch_norm_legit_no_training.default"]
+
+
+def test_a_program_that_takes_a_python_number_is_read() -> None:
+    """A model called with a float is exported with the example's value, and the emitter lists that
+    value among the plan's inputs as a `Double` (ExecuTorch's own Cortex-M add and mul tests take
+    one): the `.pte` the stock flow writes reads as the program it was written from."""
+    import torch
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    from qlint.graph.lint import lint_program
+    from qlint.graph.pte import lint_pte
+    from qlint.graph.quantize import quantize
+    from qlint.settings.config import Config
+
+    class AddNumber(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: float) -> torch.Tensor:
+            return x + y
+
+    program = quantize(AddNumber(), (torch.ones(1, 4), 1.1))
+    pte = _stock_pte(program)
+    plan = deserialize_pte_binary(pte).program.execution_plan[0]
+    assert [type(plan.values[i].val).__name__ for i in plan.inputs] == ["Tensor", "Double"]
+    expected = [f.code for f in lint_program(program, "add", Config()).findings]
+    assert expected and [f.code for f in lint_pte(pte, "add.pte", Config()).findings] == expected
