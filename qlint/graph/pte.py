@@ -8,14 +8,20 @@ ExecuTorch's schema (`executorch/exir/schema.py`) and emitter:
   arguments included), then its return: one tensor, or a `TensorList` of them;
   each call becomes a node on the functional overload with the same non-out
   arguments, kwarg-only ones as keywords;
+- a program input need not be a tensor: a model that takes a Python number is
+  exported with the example's value, which the emitter
+  (`exir/emit/_emitter.py`, `_TopLevelEmitter.placeholder`) lists among the
+  plan's inputs as an `Int`, `Double` or `Bool`; an instruction reads it as
+  any scalar argument, and it is no node;
 - a static view is not an instruction: its value shares the memory of the tensor
   it views, so a value read before any instruction writes it is a view of the
   last value written at the same planned offset (it becomes `aten.view_copy`);
 - constants live in `constant_buffer`, padded to an alignment and laid out in the
   tensor's `dim_order`;
-- every recorded shape is checked against the operator's meta kernel, so the
-  in-graph constants qlint computes are computed at the shapes the operators
-  produce, never at sizes the file merely claims.
+- every recorded shape is checked against the operator's meta kernel (or, where
+  the device decides it, what the operator computes on the CPU export traced
+  on), so the in-graph constants qlint computes are computed at the shapes the
+  operators produce, never at sizes the file merely claims.
 """
 
 from __future__ import annotations
@@ -428,6 +434,8 @@ class _PlanReader:
     def read(self) -> Any:
         self.budget.read(len(self.plan.inputs) + len(self.plan.outputs))
         for index in self.plan.inputs:
+            if type(self.value(index)).__name__ != "Tensor":
+                continue  # a scalar input: an argument where it is read (see the module's docstring)
             self.touch(index)
             self.placeholder(index)
             where = self.allocation(self.tensor_value(index))
@@ -456,6 +464,17 @@ class _PlanReader:
 def _check_shapes(graph: Any) -> None:
     """Every recorded shape and dtype must be what the operator computes from its inputs' meta.
 
+    A `.pte` records what `torch.export` computed on the CPU: ExecuTorch makes each value's TensorSpec,
+    and each out argument's allocation, from the node's CPU fake tensor (`exir/passes/spec_prop_pass.py`
+    SpecPropPass, `exir/passes/__init__.py` ToOutVarPass), and its emitter writes their sizes. A few
+    operators' shapes depend on the device, and the meta device is not the CPU: eval-mode batch norm
+    keeps no statistics on the CPU, so its saved mean and invstd are [0] there and [C] on any other
+    device, meta included (`torch/_decomp/decompositions.py` native_batch_norm_helper, its meta
+    kernel; ExecuTorch's portable `_native_batch_norm_legit_no_training.out` resizes them to {0}), and
+    meta kernels that branch on the device take meta for CUDA (`torch/_meta_registrations.py`
+    device_hint). Where the meta kernel disagrees, the operator is asked again with CPU fake tensors,
+    as export asked it (no data, no kernel run); a shape that neither gives is refused.
+
     Operators without a meta kernel (qlint never computes them) are left as recorded.
     """
     import torch
@@ -464,6 +483,7 @@ def _check_shapes(graph: Any) -> None:
     def meta_of(arg: Any) -> Any:
         return arg.meta["val"] if isinstance(arg, Node) else arg
 
+    mode = None  # the CPU fake tensors' mode, made at the first disagreement
     for node in graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
@@ -473,13 +493,47 @@ def _check_shapes(graph: Any) -> None:
         except Exception:  # no meta kernel, or an operator that inspects data
             continue
         recorded = node.meta["val"]
-        pairs = zip(computed, recorded, strict=False) if isinstance(recorded, tuple) else [(computed, recorded)]
-        for c, r in pairs:
-            if isinstance(c, torch.Tensor) and (tuple(c.shape) != tuple(r.shape) or c.dtype != r.dtype):
-                raise _Malformed(
-                    f"{node.target}: the program records {list(r.shape)} {r.dtype}, "
-                    f"the operator computes {list(c.shape)} {c.dtype}"
-                )
+        differs = _differs(computed, recorded)
+        if differs is None:
+            continue
+        if mode is None:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            mode = FakeTensorMode(allow_fallback_kernels=False)  # never a real kernel
+        cpu = _on_cpu(mode, node.target, args, kwargs)
+        if cpu is None or _differs(cpu, recorded) is not None:
+            c, r = differs
+            raise _Malformed(
+                f"{node.target}: the program records {list(r.shape)} {r.dtype}, "
+                f"the operator computes {list(c.shape)} {c.dtype}"
+            )
+
+
+def _differs(computed: Any, recorded: Any) -> tuple[Any, Any] | None:
+    """The first (computed, recorded) pair of output tensors whose shapes or dtypes differ, if any."""
+    import torch
+
+    pairs = zip(computed, recorded, strict=False) if isinstance(recorded, tuple) else [(computed, recorded)]
+    return next(((c, r) for c, r in pairs
+                 if isinstance(c, torch.Tensor) and (tuple(c.shape) != tuple(r.shape) or c.dtype != r.dtype)), None)
+
+
+def _on_cpu(mode: Any, target: Any, args: Any, kwargs: Any) -> Any:
+    """The operator's outputs for CPU fake tensors of its arguments' shapes, strides and dtypes in
+    `mode`, as `torch.export` computes them; None when it raises."""
+    import torch
+
+    def fake(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="cpu")
+        return value
+
+    try:
+        with mode:
+            args, kwargs = torch.utils._pytree.tree_map(fake, (args, kwargs))
+            return target(*args, **kwargs)
+    except Exception:
+        return None
 
 
 def _plan(program: Any) -> Any:

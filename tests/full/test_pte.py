@@ -104,3 +104,115 @@ def test_a_pte_reports_the_islands_of_constants_computed_in_the_graph_as_its_pro
     shipped = to_pte(checked.lowered, Config().root).pte
     expected = islands(checked.findings)
     assert expected and islands(lint_pte(shipped, f"{name}.pte", Config()).findings) == expected
+
+
+def _stock_pte(program: Any) -> bytes:
+    """What the stock Cortex-M flow writes from a quantized program: `to_edge`, the stock
+    CortexMPassManager, `to_executorch`."""
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.exir import EdgeProgramManager
+
+    from qlint.graph.lowering import target_config, to_edge
+
+    lowered = CortexMPassManager(to_edge(program).exported_program(), target_config=target_config("cortex-m55"))
+    manager = EdgeProgramManager({"forward": lowered.transform()}, compile_config=cortex_m_edge_compile_config())
+    return manager.to_executorch().buffer
+
+
+def _levit_mlp() -> tuple:
+    """LeViT's `MLPLayerWithBN` (transformers): a Linear, then an eval-mode BatchNorm1d that nothing fuses."""
+    import torch
+    from transformers.models.levit.modeling_levit import MLPLayerWithBN
+
+    torch.manual_seed(0)
+    example = (torch.randn(1, 16, 16),)
+    return MLPLayerWithBN(16, 32), example, [example]
+
+
+@pytest.fixture(scope="module")
+def levit_mlp_pte(program_store: Path) -> bytes:
+    """`_levit_mlp` quantized with CortexMQuantizer (kept in the program store: torchao's conv-bn
+    folding exports 96 patterns when a graph has a batch norm, 20 s), as the stock flow writes it."""
+    import hashlib
+    import inspect
+    import os
+
+    import torch
+
+    from qlint.graph.quantize import quantize
+
+    digest = hashlib.sha256(inspect.getsource(_levit_mlp).encode()).hexdigest()[:16]
+    stored = program_store / f"levit_mlp_with_bn-{digest}.pt2"
+    if not stored.exists():
+        temp = stored.with_name(f".{stored.name}.{os.getpid()}.tmp")
+        torch.export.save(quantize(*_levit_mlp()), str(temp))
+        temp.replace(stored)
+    return _stock_pte(torch.export.load(str(stored)))
+
+
+def _with_statistics(data: bytes, mean: list[int], invstd: list[int]) -> bytes:
+    """The program with the batch norm's saved mean and invstd outputs recorded at these sizes."""
+    from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
+
+    pte = deserialize_pte_binary(data)
+    plan = pte.program.execution_plan[0]
+    [call] = [i.instr_args for i in plan.chains[0].instructions if type(i.instr_args).__name__ == "KernelCall"
+              and plan.operators[i.instr_args.op_index].name == "aten::_native_batch_norm_legit_no_training"]
+    _, *statistics = plan.values[call.args[-1]].val.items  # the returned TensorList
+    for index, sizes in zip(statistics, (mean, invstd), strict=True):
+        plan.values[index].val.sizes = sizes
+    return bytes(serialize_pte_binary(pte))
+
+
+# case -> (the saved mean's and invstd's sizes, None as written; the refusal, None if read)
+STATISTICS: dict[str, tuple[tuple[list[int], list[int]] | None, str | None]] = {
+    "as-written": (None, None),  # [0] and [0]: the CPU's answer
+    "non-cpu": (([32], [32]), None),  # the meta kernel's, any other device's
+    "crafted": (([7], [0]), "records [7] torch.float32, the operator computes [32] torch.float32"),
+    "mixed": (([32], [0]), "records [0] torch.float32, the operator computes [32] torch.float32"),
+}
+
+
+@pytest.mark.parametrize("case", list(STATISTICS))
+def test_eval_batch_norm_statistics_are_read_as_the_cpu_export_records_them(levit_mlp_pte: bytes, case: str) -> None:
+    """Export traces on the CPU, where eval-mode batch norm keeps no statistics: to_executorch records
+    its saved mean and invstd as [0] where the meta kernel computes [C] (any other device's answer).
+    Either device's answer is read; sizes that neither gives are refused."""
+    from qlint.graph.pte import ReadError, lint_pte
+    from qlint.settings.config import Config
+
+    sizes, refusal = STATISTICS[case]
+    data = levit_mlp_pte if sizes is None else _with_statistics(levit_mlp_pte, *sizes)
+    if refusal is not None:
+        with pytest.raises(ReadError) as raised:
+            lint_pte(data, "levit_mlp.pte", Config())
+        assert str(raised.value) == ("not a valid .pte program: aten._native_batch_norm_legit_no_training.default: "
+                                     f"the program {refusal}")
+        return
+    [island] = [f for f in lint_pte(data, "levit_mlp.pte", Config()).findings if f.code == "QL002"]
+    assert island.details["ops"] == ["aten._native_batch_norm_legit_no_training.default"]
+
+
+def test_a_program_that_takes_a_python_number_is_read() -> None:
+    """A model called with a float is exported with the example's value, and the emitter lists that
+    value among the plan's inputs as a `Double` (ExecuTorch's own Cortex-M add and mul tests take
+    one): the `.pte` the stock flow writes reads as the program it was written from."""
+    import torch
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    from qlint.graph.lint import lint_program
+    from qlint.graph.pte import lint_pte
+    from qlint.graph.quantize import quantize
+    from qlint.settings.config import Config
+
+    class AddNumber(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: float) -> torch.Tensor:
+            return x + y
+
+    program = quantize(AddNumber(), (torch.ones(1, 4), 1.1))
+    pte = _stock_pte(program)
+    plan = deserialize_pte_binary(pte).program.execution_plan[0]
+    assert [type(plan.values[i].val).__name__ for i in plan.inputs] == ["Tensor", "Double"]
+    expected = [f.code for f in lint_program(program, "add", Config()).findings]
+    assert expected and [f.code for f in lint_pte(pte, "add.pte", Config()).findings] == expected

@@ -8,6 +8,8 @@ lowers them. An independent count of the fp32 ops in the stock-lowered graph is 
 Building takes minutes, so the `.pt2` files, the manifest of what was built or failed, and the
 stock references are kept under a folder keyed by the stack's versions and a hash of the sources
 that decide them (the test modules, their tester, this file): an unchanged stack never rebuilds.
+The `.pte` the stock flow writes from each program (`to_executorch` on the lowering the reference
+counts) is kept beside that folder (`pte_folder`).
 """
 
 from __future__ import annotations
@@ -68,10 +70,12 @@ class Collected(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Reference:
-    """What the stock Cortex-M flow makes of one case: its fp32 compute ops, or why it raised."""
+    """What the stock Cortex-M flow makes of one case: its fp32 compute ops, or why it raised; and
+    why `to_executorch` could not serialize the lowered program, if it could not."""
 
     fp32_ops: dict[str, int]
     error: str | None = None
+    pte_error: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -389,7 +393,24 @@ def stock_lower(program: Any) -> Any:
     return manager.transform()
 
 
-def reference(path: Path) -> Reference:
+def write_pte(lowered: Any, target: Path) -> str | None:
+    """The stock flow's last step: `to_executorch` on the lowered program (which it rewrites in
+    place), its buffer written to `target`; the one-line error when ExecuTorch cannot serialize it."""
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.exir import EdgeProgramManager
+
+    try:
+        manager = EdgeProgramManager({"forward": lowered}, compile_config=cortex_m_edge_compile_config())
+        buffer = manager.to_executorch().buffer
+    except Exception as exc:
+        return one_line(exc)
+    with _temp_beside(target) as temp:
+        temp.write_bytes(buffer)
+    return None
+
+
+def reference(path: Path, pte: Path) -> Reference:
+    """The stock flow's reference for one `.pt2`, and its `.pte` written to `pte`."""
     import executorch.backends.cortex_m.quantizer.quantizer  # noqa: F401  (registers cortex_m ops)
     import torch
     import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (registers quantized_decomposed ops)
@@ -399,26 +420,43 @@ def reference(path: Path) -> Reference:
         lowered = stock_lower(program)
     except Exception as exc:
         return Reference({}, one_line(exc))
-    return Reference(dict(fp32_compute_ops(lowered.graph_module.graph)))
+    fp32_ops = dict(fp32_compute_ops(lowered.graph_module.graph))  # before to_executorch rewrites it
+    return Reference(fp32_ops, pte_error=write_pte(lowered, pte))
+
+
+def pte_folder(folder: Path) -> Path:
+    """Where the stock flow's `.pte` of each case is kept: beside the corpus's keyed `folder` (a
+    `qlint check` of that folder does not walk into it)."""
+    return folder.with_name(f"{folder.name}-pte")
+
+
+def ptes(built: Corpus, refs: dict[str, Reference]) -> dict[str, Path]:
+    """stem -> the `.pte` the stock flow wrote, for every case it lowered and serialized."""
+    folder = pte_folder(built.folder)
+    return {stem: folder / f"{stem}.pte" for stem, ref in sorted(refs.items())
+            if ref.error is None and ref.pte_error is None}
 
 
 def references(built: Corpus, progress: Callable[[str], None] | None = None) -> dict[str, Reference]:
-    """The stock reference of every built case, cached beside the corpus under a hash of the
-    functions that lower and count (a change to them recomputes it)."""
+    """The stock reference of every built case, and its `.pte`, cached beside the corpus under a
+    hash of the functions that lower, count and serialize (a change to them recomputes both)."""
     functions: list[Callable[..., Any]] = [
-        reference, stock_lower, fp32_compute_ops, _moves_data, _is_quant, _floats, _tensors, op_label, one_line,
+        reference, write_pte, stock_lower, fp32_compute_ops, _moves_data, _is_quant, _floats, _tensors, op_label,
+        one_line,
     ]
     labels = repr(sorted(DATA_MOVEMENT | LAYOUT_COPIES | NOT_COMPUTE))
     cached = built.folder / f"references-{_source_hash(functions, labels)}.json"
     if cached.exists():
-        data = json.loads(cached.read_text())
-        if set(data) == set(built.built):
-            return {stem: Reference(**ref) for stem, ref in data.items()}
+        data = {stem: Reference(**ref) for stem, ref in json.loads(cached.read_text()).items()}
+        if set(data) == set(built.built) and all(path.exists() for path in ptes(built, data).values()):
+            return data
+    folder = pte_folder(built.folder)
+    folder.mkdir(parents=True, exist_ok=True)
     result = {}
     for stem, path in sorted(built.built.items()):
         if progress:
             progress(stem)
-        result[stem] = reference(path)
+        result[stem] = reference(path, folder / f"{stem}.pte")
     with _temp_beside(cached) as temp:
         temp.write_text(json.dumps({s: dataclasses.asdict(r) for s, r in result.items()}, indent=1))
     for stale in built.folder.glob("references-*.json"):
@@ -428,5 +466,7 @@ def references(built: Corpus, progress: Callable[[str], None] | None = None) -> 
 
 
 def clear(root: Path | None = None) -> None:
-    """Remove the cached corpus of the current key (to time a cold build)."""
-    shutil.rmtree((root or cache_root()) / cache_key(), ignore_errors=True)
+    """Remove the cached corpus of the current key and its `.pte` files (to time a cold build)."""
+    folder = (root or cache_root()) / cache_key()
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(pte_folder(folder), ignore_errors=True)

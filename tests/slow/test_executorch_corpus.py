@@ -1,6 +1,7 @@
 """ExecuTorch's own Cortex-M test cases, quantized as its tester does, as a differential corpus:
 qlint, lowering with the stock pass order, must count exactly the floating-point compute ops that
-the stock Cortex-M flow leaves in each program, and report QL003 wherever that flow raises.
+the stock Cortex-M flow leaves in each program, and report QL003 wherever that flow raises; and
+the `.pte` that flow writes from each program it lowers must read as that program.
 
 The reference is counted here, independently of qlint's graph view, from the dtypes recorded on
 the stock-lowered graph (`executorch_corpus.fp32_compute_ops`). Programs are built once per stack
@@ -225,3 +226,32 @@ def test_conditions_agree_with_executorchs_checks_on_every_node() -> None:
     assert not disagree, "\n".join(disagree)
     # The corpus exercises both verdicts of the checks: a differential that saw no refusal proves nothing.
     assert checked > 300 and refused > 20, (checked, refused)
+
+
+def test_every_stock_pte_is_read_as_the_program_it_was_written_from(run: Run) -> None:
+    """The `.pte` that the stock flow's `to_executorch` writes from every program it lowers is read
+    by qlint's `.pte` reader, none refused, with the fp32 compute ops of the stock reference. All are
+    read in this process, about 2 s (a `qlint check` decodes each `.pte` in a child of its own: over a
+    minute for these on two cores)."""
+    from qlint.graph.pte import ReadError, lint_pte
+    from qlint.settings.config import Config
+
+    lowered = {stem for stem, ref in run.references.items() if ref.error is None}
+    unserialized = {stem: ref.pte_error for stem, ref in run.references.items() if ref.pte_error is not None}
+    assert not unserialized, f"to_executorch raised on {len(unserialized)} lowered programs: {unserialized}"
+    written = corpus_lib.ptes(run.corpus, run.references)
+    assert set(written) == lowered and len(written) >= len(run.corpus.built) - 5, (len(written), len(lowered))
+    refused, mismatches = {}, []
+    for stem, path in written.items():
+        try:
+            findings = lint_pte(path.read_bytes(), path.name, Config()).findings
+        except ReadError as exc:
+            refused[stem] = str(exc)
+            continue
+        ops = Counter(op for f in findings if f.code in ("QL001", "QL002", "QL008") for op in f.details["ops"])
+        if ops != Counter(run.references[stem].fp32_ops):
+            mismatches.append(f"{stem}: stock {run.references[stem].fp32_ops} != .pte {dict(sorted(ops.items()))}")
+    print(f"\ncorpus .pte: {len(written)} written by the stock flow, {len(refused)} refused", file=sys.stderr)
+    lines = [f"{stem}: {error}" for stem, error in refused.items()]
+    assert not refused, f"{len(refused)} of {len(written)} refused:\n" + "\n".join(lines)
+    assert not mismatches, "\n".join(mismatches)
