@@ -33,7 +33,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from qlint.graph import stack
-from qlint.io.limits import Limits
+from qlint.io.limits import MAX_TENSOR_DIMS, Limits
 from qlint.io.reads import ReadError, first_line
 from qlint.rules.records import Contributor, Figures, PlanMemory, Report
 from qlint.settings.config import Config
@@ -43,7 +43,6 @@ _SCALAR_TYPES = {
     0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
     11: "bool", 15: "bfloat16", 27: "uint16", 28: "uint32", 29: "uint64",
 }
-_MAX_DIMS = 16
 _ARENA = 1      # memory id of the planned activation arena (0 is reserved)
 _FLOAT32 = 6
 _LISTS = frozenset({"IntList", "DoubleList", "BoolList", "TensorList", "OptionalTensorList"})  # value types with items
@@ -222,7 +221,7 @@ class _PlanReader:
     def meta(self, val: Any) -> Any:
         import torch
 
-        if len(val.sizes) > _MAX_DIMS:  # measured before converting: every instruction may name this tensor
+        if len(val.sizes) > MAX_TENSOR_DIMS:  # measured before converting: every instruction may name this tensor
             raise _Malformed(f"a tensor of {len(val.sizes)} dimensions")
         sizes = [int(s) for s in val.sizes]
         dim_order = [int(d) for d in val.dim_order] if len(val.dim_order) == len(sizes) else []
@@ -445,6 +444,8 @@ class _PlanReader:
             raise ReadError(f"{len(self.plan.chains)} chains in the plan; only single-chain programs are read")
         for instruction in self.plan.chains[0].instructions:
             call = instruction.instr_args
+            if call is None:  # an instruction whose union names no type: no serializer writes one
+                raise _Malformed(f"instruction {self.step + 1} has no arguments")
             kind = type(call).__name__
             self.step += 1
             self.step_ops.append(self.operator_name(call) if kind == "KernelCall" else kind)

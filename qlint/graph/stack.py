@@ -1,8 +1,9 @@
-"""The one place qlint imports torch, torchao and executorch.
+"""Loading torch, torchao and executorch as qlint needs them: the ops registered, the logs quiet.
 
-Everything that needs the heavy stack calls `load()` first; the CLI calls it
-only after deciding that a program must really be read, so `--help`,
-`--version`, `rules` and cached answers never pay the 4-8 s import.
+Modules of `graph/`, `fix/` and `remedies/` import the stack at module level (the layering test
+allows it there and nowhere else); what reaches them first calls `load()`, which registers the ops
+every reader needs. The CLI imports them only after deciding that a program must really be read,
+so `--help`, `--version`, `rules`, `--static` and cached answers never pay the 4-8 s import.
 """
 
 from __future__ import annotations

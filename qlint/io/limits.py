@@ -22,6 +22,10 @@ RUN_BUDGET_BYTES = 256 * MIB
 # int16 islands, about a second): tens of thousands of distinct int16 pairs would hold the
 # in-process tier for minutes.
 MAX_EVALUATED_INTEGERS = 1 << 28
+# Dimensions a `.pte` tensor may declare, checked before its sizes are converted (every instruction
+# may name the tensor): ExecuTorch's runtime caps a tensor's rank at 16 too (`kTensorDimensionLimit`,
+# runtime/core/exec_aten/util/tensor_dimension_limit.h).
+MAX_TENSOR_DIMS = 16
 # Nodes a walk up one value's producers visits (to name an operand as the user wrote it, or the
 # program inputs it comes from): real chains are a handful long; a crafted one stops here.
 MAX_WALK_NODES = 10_000
