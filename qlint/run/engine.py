@@ -172,22 +172,15 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Cache | No
               isolate: bool = False) -> Report:
     """Read one artifact's bytes once (bounded), answer from the cache or lint them.
 
-    The cache is consulted here, before any child process or torch import. A
-    `.pte` is always decoded in a child (its flatbuffer can share one table many
-    times over, so decoding is bounded by the child's memory budget and timeout).
+    The cache is consulted here, before any child process or torch import. What the artifact's
+    kind allows (`READERS`: the static tier, `--fix`, decoding in a child) is decided here too.
     """
     from qlint.io.reads import read_input
     from qlint.run.isolation import run_isolated
 
     artifact = display(path)
     try:
-        if path.suffix not in (".pt2", ".pte"):
-            raise ReadError(f"unsupported file type {path.suffix or '(none)'!r}: expected .pt2 or .pte")
-        if path.suffix == ".pte" and options.fix is not None:
-            raise ReadError(".pte files can be checked but not fixed: fix the .pt2 it came from")
-        if path.suffix == ".pte" and options.static:
-            raise ReadError(".pte files need the full check (ExecuTorch's reader imports torch): "
-                            "qlint check without --static")
+        reader = _reader(path, options)
         data = read_input(path, config.limits.file_bytes, "artifact", CONFIGURED)
     except ReadError as exc:
         return Report(errors=[InputError(artifact, str(exc))])
@@ -197,7 +190,7 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Cache | No
         return hit
     if options.static:
         report = lint_static_bytes(data, artifact, config)
-    elif isolate or path.suffix == ".pte":
+    elif isolate or reader.isolated:
         report = run_isolated(
             lint_bytes, (path, data, artifact, config, options), name=artifact, limits=config.limits,
             verbose=options.verbose,
@@ -207,6 +200,30 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Cache | No
     if cache is not None and key is not None:
         cache.put(key, report)
     return report
+
+
+@dataclass(frozen=True)
+class Reader:
+    """How one kind of artifact is checked: its full check, and what else its kind allows."""
+
+    full: Callable[[Path, bytes, str, Config, RunOptions], Report]
+    static: bool      # the static tier reads it, no torch
+    fixable: bool     # `--fix` writes a `.pte` from it
+    isolated: bool    # always decoded in a child: a `.pte`'s flatbuffer can share one table many times
+                      # over, so its decoding is bounded by the child's memory budget and timeout
+
+
+def _reader(path: Path, options: RunOptions) -> Reader:
+    """The reader of `path`'s kind, or a ReadError when the run asks what its kind cannot do."""
+    reader = READERS.get(path.suffix)
+    if reader is None:
+        raise ReadError(f"unsupported file type {path.suffix or '(none)'!r}: expected {' or '.join(READERS)}")
+    if options.fix is not None and not reader.fixable:
+        raise ReadError(f"{path.suffix} files can be checked but not fixed: fix the .pt2 it came from")
+    if options.static and not reader.static:
+        raise ReadError(f"{path.suffix} files need the full check (ExecuTorch's reader imports torch): "
+                        "qlint check without --static")
+    return reader
 
 
 def lint_static_bytes(data: bytes, artifact: str, config: Config) -> Report:
@@ -229,21 +246,35 @@ def input_problem(exc: ReadError | OverflowError) -> str:
 
 
 def lint_bytes(path: Path, data: bytes, artifact: str, config: Config, options: RunOptions) -> Report:
-    """Lint (or fix) the bytes of one artifact."""
+    """Lint (or fix) the bytes of one artifact, by its kind's reader (in a child, when isolated)."""
     report = Report()
     try:
-        if path.suffix == ".pte":
-            from qlint.graph.pte import lint_pte
-
-            return lint_pte(data, artifact, config, options.measure)
-        from qlint.graph.readers import read_pt2, sample_inputs
-
-        program = read_pt2(data, config.limits)
-        sample = sample_inputs(program)
-        _lint_or_fix(report, program, artifact, config, options, path.parent, path.stem, sample, [])
+        return READERS[path.suffix].full(path, data, artifact, config, options)
     except (ReadError, OverflowError) as exc:
         report.errors.append(InputError(artifact, input_problem(exc)))
     return report
+
+
+def _lint_pt2(path: Path, data: bytes, artifact: str, config: Config, options: RunOptions) -> Report:
+    from qlint.graph.readers import read_pt2, sample_inputs
+
+    report = Report()
+    program = read_pt2(data, config.limits)
+    _lint_or_fix(report, program, artifact, config, options, path.parent, path.stem, sample_inputs(program), [])
+    return report
+
+
+def _lint_pte(path: Path, data: bytes, artifact: str, config: Config, options: RunOptions) -> Report:
+    from qlint.graph.pte import lint_pte
+
+    return lint_pte(data, artifact, config, options.measure)
+
+
+# The artifact kinds qlint reads, by suffix: the one place a suffix decides anything.
+READERS = {
+    ".pt2": Reader(_lint_pt2, static=True, fixable=True, isolated=False),
+    ".pte": Reader(_lint_pte, static=False, fixable=False, isolated=True),
+}
 
 
 def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
