@@ -229,6 +229,62 @@ def detached(linted: Linted) -> tuple[Any, list[Fold], Evaluations]:
     return lowered, [f.moved(nodes) for f in linted.folds], moved_evaluations(linted.analysis.evaluations, nodes)
 
 
+def fixable_lint(program: Any, artifact: str, config: Config, options: RunOptions, linted: Linted | None) -> Linted:
+    """`linted` (or the program's lint), or FixError when no fix can be made from it: it did not
+    lower, or it cannot run (QL007's check, made here even when the rule is off)."""
+    from qlint.graph.lint import lint_program
+    from qlint.graph.rules import invalid_message, lowering_message
+    from qlint.graph.validity import find_invalid
+
+    linted = linted or lint_program(program, artifact, config, options)
+    if linted.failure is not None:
+        raise FixError(f"cannot fix: {lowering_message(linted.failure)}")
+    invalid = next((f.message for f in linted.findings if f.code == Code.LOWERED_PROGRAM_INVALID), None)
+    if invalid is None and not config.enabled(Code.LOWERED_PROGRAM_INVALID):
+        found = find_invalid(linted.analysis.view)
+        invalid = invalid_message(found) if found is not None else None
+    if invalid is not None:
+        raise FixError(f"cannot fix: {invalid}")
+    assert linted.lowered is not None
+    return linted
+
+
+def fold_all(lowered: Any, folds: Sequence[Fold]) -> None:
+    """Apply every fold to the lowered program, and check and recompile its graph."""
+    for fold in folds:
+        apply(lowered, fold)
+    lowered.graph_module.graph.lint()
+    lowered.graph_module.recompile()
+
+
+def checked_after(program: Any, lowered: Any, artifact: str, config: Config, options: RunOptions,
+                  evaluations: Evaluations) -> tuple[Linted, Serialized]:
+    """The folded program's rules (reusing the evaluations of what it kept) and its `.pte`."""
+    from qlint.graph.rules import run_rules
+
+    view = GraphView(lowered, quantized=program)
+    return (run_rules(view, artifact, config, verbose=options.verbose, evaluations=evaluations),
+            to_pte(lowered, config.root, "fixed"))
+
+
+def _summary(program: Any, artifact: str, linted: Linted, options: RunOptions, dry_run: bool) -> FixSummary:
+    """What the fix plans: the folds and what is left, before anything is folded."""
+    from qlint.graph.lowering import needs_repair
+    from qlint.settings.options import LoweringOrder
+
+    ops = float_op_count(linted.analysis.view)
+    return FixSummary(
+        artifact=artifact,
+        folds=[AppliedFold(f.code, f.anchor.name, f.kind, f.describe()) for f in linted.folds],
+        left=[LeftIsland(item.code, item.anchor.name, item.reason) for item in linted.left],
+        islands_found=len(linted.analysis.islands),
+        lowering_repair=options.order == LoweringOrder.REPAIRED and needs_repair(program),
+        dry_run=dry_run,
+        fp32_ops=(ops, ops),
+        fp32_elements=(linted.stats.fp32_elements, linted.stats.fp32_elements),
+    )
+
+
 def fix_program(
     program: Any,
     artifact: str,
@@ -246,60 +302,31 @@ def fix_program(
     FixError when the program does not lower, and VerificationError when the
     folded program's outputs differ from the unfolded one's on any input.
     """
-    from qlint.graph.lint import lint_program
-    from qlint.graph.lowering import needs_repair
-    from qlint.graph.rules import invalid_message, lowering_message, run_rules
-    from qlint.graph.validity import find_invalid
-    from qlint.settings.options import LoweringOrder
-
     options = options or RunOptions()
     dry_run = options.fix is not None and options.fix.dry_run
     shared = linted is not None  # a caller's lint: fold a copy and leave it whole
-    linted = linted or lint_program(program, artifact, config, options)
-    if linted.failure is not None:
-        raise FixError(f"cannot fix: {lowering_message(linted.failure)}")
-    invalid = next((f.message for f in linted.findings if f.code == Code.LOWERED_PROGRAM_INVALID), None)
-    if invalid is None and not config.enabled(Code.LOWERED_PROGRAM_INVALID):
-        found = find_invalid(linted.analysis.view)
-        invalid = invalid_message(found) if found is not None else None
-    if invalid is not None:
-        raise FixError(f"cannot fix: {invalid}")
+    linted = fixable_lint(program, artifact, config, options, linted)
     if not inputs and not dry_run:
-        raise FixError("cannot verify a fix without inputs: the program carries no sample inputs")
-    assert linted.lowered is not None
-    summary = FixSummary(
-        artifact=artifact,
-        folds=[AppliedFold(f.code, f.anchor.name, f.kind, f.describe()) for f in linted.folds],
-        left=[LeftIsland(item.code, item.anchor.name, item.reason) for item in linted.left],
-        islands_found=len(linted.analysis.islands),
-        lowering_repair=options.order == LoweringOrder.REPAIRED and needs_repair(program),
-        dry_run=dry_run,
-    )
-    ops_before, elements_before = float_op_count(linted.analysis.view), linted.stats.fp32_elements
+        raise FixError(NO_INPUTS)
+    summary = _summary(program, artifact, linted, options, dry_run)
     if dry_run:
-        summary.fp32_ops = (ops_before, ops_before)
-        summary.fp32_elements = (elements_before, elements_before)
         return FixResult(summary, linted.findings, linted.stats, None)
     lowered, folds, evaluations = (
         detached(linted) if shared else (linted.lowered, linted.folds, linted.analysis.evaluations))
+    assert lowered is not None
     before = to_pte(lowered, config.root, "unfixed")
     try:
         reference = run_program(lowered, inputs)
     except Exception as exc:  # the inputs do not fit the program
         raise FixError(f"cannot run the lowered program on its inputs: {first_line(exc)}") from None
-    for fold in folds:
-        apply(lowered, fold)
+    fold_all(lowered, folds)
     # A constant subgraph left unfolded is gone when the island that read it was folded away.
     remaining = {n.name for n in lowered.graph.nodes}
     summary.left = [item for item in summary.left if item.node in remaining]
-    lowered.graph_module.graph.lint()
-    lowered.graph_module.recompile()
     require_same_outputs(reference, run_program(lowered, inputs))
-    view = GraphView(lowered, quantized=program)
-    after_fix = run_rules(view, artifact, config, verbose=options.verbose, evaluations=evaluations)
-    after = to_pte(lowered, config.root, "fixed")
-    summary.fp32_ops = (ops_before, float_op_count(view))
-    summary.fp32_elements = (elements_before, after_fix.stats.fp32_elements)
+    after_fix, after = checked_after(program, lowered, artifact, config, options, evaluations)
+    summary.fp32_ops = (summary.fp32_ops[0], float_op_count(after_fix.analysis.view))
+    summary.fp32_elements = (summary.fp32_elements[0], after_fix.stats.fp32_elements)
     summary.activation_bytes = (before.arena_bytes, after.arena_bytes)
     if before.peak and after.peak:
         summary.live_peak_bytes = (before.peak.bytes, after.peak.bytes)
@@ -308,6 +335,9 @@ def fix_program(
     summary.pte_bytes = len(after.pte)
     summary.verified_inputs = len(inputs)
     return FixResult(summary, after_fix.findings, after_fix.stats, after.pte, lowered, after)
+
+
+NO_INPUTS = "cannot verify a fix without inputs: the program carries no sample inputs"
 
 
 def output_path(folder: Path, name: str, output_dir: Path | None) -> Path:

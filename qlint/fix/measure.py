@@ -2,7 +2,8 @@
 serializes it.
 
 A budget is about what ships, so a `.pt2` or a target is measured as `--fix` would write it
-(folded and verified; the same program when nothing folds). When the fix cannot be made, the
+(folded; the same program when nothing folds); a check does not run it (`measure`). When the fix
+cannot be made, the
 lowered program is measured as it is, and the figures say so. A `.pte` is measured from its own
 plan (`qlint.graph.pte`). SRAM is the planned arena (activations and the CMSIS-NN scratch buffers
 ExecuTorch plans into it) plus what loading the program takes from the method allocator
@@ -14,7 +15,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from qlint.fix.apply import FixError, FixResult, Serialized, VerificationError, fix_program, to_pte
+from qlint.fix.apply import (
+    NO_INPUTS,
+    FixError,
+    FixResult,
+    Serialized,
+    checked_after,
+    detached,
+    fixable_lint,
+    fold_all,
+    to_pte,
+)
 from qlint.rules.records import ArtifactStats, Figures, Finding
 from qlint.settings.config import Config
 from qlint.settings.options import RunOptions
@@ -43,13 +54,24 @@ def of_fix(artifact: str, checked: list[Finding], result: FixResult) -> Figures:
 def measure(program: Any, linted: Linted, artifact: str, config: Config, inputs: Sequence[tuple[Any, ...]],
             options: RunOptions) -> Figures:
     """The figures of the program `--fix` would write from this lint (no second lowering), or of the
-    lowered program as it is when the fix cannot be made (the reason is in `measured`)."""
+    lowered program as it is when the fix cannot be made (the reason is in `measured`).
+
+    A check folds a copy and serializes it once; it does not run it. The folds are proven exact on
+    every input integer, and `--fix` verifies them end to end before it writes: running the program
+    before and after on every verification input is a fix's work, not a measurement's. What `--fix`
+    refuses to start (no lowering, a program that cannot run, no inputs to verify on) is measured
+    as lowered, with that reason."""
     if linted.lowered is None:
         return figures(artifact, "not lowered: no memory plan", linted.findings, linted.stats, linted.findings, None)
     try:
-        result = fix_program(program, artifact, config, inputs, options, linted=linted)
-        return of_fix(artifact, linted.findings, result)
-    except (FixError, VerificationError) as exc:
+        fixable_lint(program, artifact, config, options, linted)
+        if not inputs:
+            raise FixError(NO_INPUTS)
+        lowered, folds, evaluations = detached(linted)
+        fold_all(lowered, folds)
+        after, serialized = checked_after(program, lowered, artifact, config, options, evaluations)
+        return figures(artifact, AS_FIXED, linted.findings, after.stats, after.findings, serialized)
+    except FixError as exc:
         why = str(exc).removeprefix("cannot fix: ")
     try:
         serialized = to_pte(linted.lowered, config.root)

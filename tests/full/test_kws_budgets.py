@@ -160,3 +160,27 @@ def test_the_api_holds_a_program_to_the_configs_budgets_as_the_cli_does(
     assert sorted(f.message for f in found) == sorted(f["message"] for f in by_cli)
     # Without budgets, no figure is measured and none is found.
     assert not [f for f in lint(program, artifact="attention.pt2") if f.code == "QL009"]
+
+
+def test_a_check_measures_the_folded_program_without_running_it(
+        quantized: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Running the program before and after on every verification input is `--fix`'s work: a check
+    with budgets folds a copy and serializes it, and its figures are those of what `--fix` writes."""
+    import qlint.fix.apply
+    from qlint.api import fix
+    from qlint.fix.apply import verification_inputs
+    from qlint.fix.measure import measure
+    from qlint.graph.lint import lint_program
+    from qlint.graph.readers import sample_inputs
+    from qlint.settings.config import Config
+    from qlint.settings.options import RunOptions
+
+    program = quantized("make_attention")
+    written = fix(program)
+    assert written.serialized is not None and written.summary.folds
+    monkeypatch.setattr(qlint.fix.apply, "run_program", lambda *args: pytest.fail("a check ran the program"))
+    linted = lint_program(program, "a", Config())
+    figures = measure(program, linted, "a", Config(), verification_inputs(sample_inputs(program)), RunOptions())
+    assert figures.measured == "as --fix writes it"
+    assert (figures.arena_bytes, figures.flash_bytes) == (written.serialized.arena_bytes, len(written.serialized.pte))
+    assert (figures.fp32_islands, figures.fp32_elements) == (written.stats.fp32_islands, written.stats.fp32_elements)
