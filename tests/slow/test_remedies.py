@@ -48,6 +48,7 @@ def test_sqnr_is_signal_over_noise_in_decibels() -> None:
     assert sqnr_db([torch.zeros(2)], [ones]) == -math.inf
 
 
+@pytest.mark.model("resnet")
 def test_channels_last_takes_an_nchw_resnet_to_full_int8(remediated: Callable[..., Remediated]) -> None:
     done = remediated("resnet")
     base = done.report.baseline
@@ -67,6 +68,7 @@ def test_channels_last_takes_an_nchw_resnet_to_full_int8(remediated: Callable[..
     assert "model = model.to(memory_format=torch.channels_last)" in text
 
 
+@pytest.mark.model("transformer_encoder")
 def test_unfused_attention_turns_the_transformer_encoder_attention_into_int8_kernels(
     remediated: Callable[..., Remediated],
 ) -> None:
@@ -88,6 +90,7 @@ def test_unfused_attention_turns_the_transformer_encoder_attention_into_int8_ker
     assert "unfuse_attention(" in text
 
 
+@pytest.mark.model("transformer_encoder")
 def test_a_remedy_over_the_sqnr_guard_is_refused_with_its_numbers(remediated: Callable[..., Remediated]) -> None:
     from examples.zoo import ZOO
 
@@ -113,6 +116,7 @@ def two_layer_encoder() -> tuple[torch.nn.Module, tuple[torch.Tensor], list[tupl
     return model, batches[0], batches
 
 
+@pytest.mark.model("two_layer_encoder")
 def test_int8_layernorm_takes_a_two_layer_transformer_encoder_to_int8_kernels_only() -> None:
     model, example, calibration = two_layer_encoder()
     names = [RemedyName.UNFUSED_ATTENTION, RemedyName.INT8_LAYERNORM]
@@ -129,6 +133,7 @@ def test_int8_layernorm_takes_a_two_layer_transformer_encoder_to_int8_kernels_on
     assert "rebuild_layer_norms(" in text and "after: int8 coverage 100%, 0 fp32 ops, 0 fp32 elements" in text
 
 
+@pytest.mark.model("bert")
 def test_int8_layernorm_on_bert_leaves_the_layer_norm_that_costs_the_accuracy_in_float() -> None:
     """All five LayerNorms rebuilt drop the SQNR past the guard; measured one by one, the embeddings'
     costs it, so the remedy is kept at the other four and the report names the one left."""
@@ -155,6 +160,7 @@ def test_int8_layernorm_on_bert_leaves_the_layer_norm_that_costs_the_accuracy_in
     assert ".module(), skip={'model.embeddings.LayerNorm'})" in text
 
 
+@pytest.mark.model("two_way_transformer")
 def test_derived_scale_qparams_leaves_sam_no_table_and_every_scale_an_identity(
     remediated: Callable[..., Remediated],
 ) -> None:
@@ -171,6 +177,7 @@ def test_derived_scale_qparams_leaves_sam_no_table_and_every_scale_an_identity(
     assert "256-entry table folds 7 -> 0" in kept.reason
 
 
+@pytest.mark.model("two_way_transformer")
 def test_int8_io_shrinks_sams_arena_and_reports_what_the_application_feeds(
     remediated: Callable[..., Remediated],
 ) -> None:
