@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch.fx import Node
 
+from qlint.fix.repair import restore_quantizes
 from qlint.graph.folds import Fold, FoldKind
 from qlint.graph.islands import fp32_compute, requantize_pairs
 from qlint.graph.memory import constant_contributors, method_allocator_bytes, peak_contributors, plan_with_buffers
 from qlint.graph.readers import VERIFY_SEEDS, VERIFY_SPREAD, seeded_batches
 from qlint.graph.regions import Evaluations, moved_evaluations
+from qlint.graph.validity import find_invalid, float_reads, restorable
 from qlint.graph.view import GraphView, constant_inputs, input_node, output_dtype
 from qlint.io.reads import first_line
 from qlint.rules.records import (
@@ -33,7 +35,6 @@ from qlint.rules.records import (
     LivePeak,
     MemoryTimeline,
 )
-from qlint.rules.table import Code
 from qlint.settings.config import Config
 from qlint.settings.options import RunOptions
 
@@ -229,24 +230,42 @@ def detached(linted: Linted) -> tuple[Any, list[Fold], Evaluations]:
     return lowered, [f.moved(nodes) for f in linted.folds], moved_evaluations(linted.analysis.evaluations, nodes)
 
 
-def fixable_lint(program: Any, artifact: str, config: Config, options: RunOptions, linted: Linted | None) -> Linted:
-    """`linted` (or the program's lint), or FixError when no fix can be made from it: it did not
-    lower, or it cannot run (QL007's check, made here even when the rule is off)."""
+def fixable_lint(program: Any, artifact: str, config: Config, options: RunOptions, linted: Linted | None,
+                 inputs: Sequence[tuple[Any, ...]] = ()) -> tuple[Linted, list[AppliedFold]]:
+    """`linted` (or the program's lint) and the repairs made to it, or FixError when no fix can be made
+    from it: it did not lower, or it cannot run, or on `inputs` it computes other values than the
+    quantized program (QL007's check, made here even when the rule is off). A program whose only
+    fault is an integer kernel reading floats is repaired (`qlint.fix.repair`) on a copy, linted
+    again, and must then be valid: the lint returned is the copy's."""
     from qlint.graph.lint import lint_program
     from qlint.graph.rules import invalid_message, lowering_message
-    from qlint.graph.validity import find_invalid
 
     linted = linted or lint_program(program, artifact, config, options)
     if linted.failure is not None:
         raise FixError(f"cannot fix: {lowering_message(linted.failure)}")
-    invalid = next((f.message for f in linted.findings if f.code == Code.LOWERED_PROGRAM_INVALID), None)
-    if invalid is None and not config.enabled(Code.LOWERED_PROGRAM_INVALID):
-        found = find_invalid(linted.analysis.view)
-        invalid = invalid_message(found) if found is not None else None
-    if invalid is not None:
-        raise FixError(f"cannot fix: {invalid}")
     assert linted.lowered is not None
-    return linted
+    invalid = find_invalid(linted.analysis.view, inputs)
+    if invalid is None:
+        return linted, []
+    if not restorable(linted.analysis.view, invalid):
+        raise FixError(f"cannot fix: {invalid_message(invalid)}")
+    repaired, repairs = _repaired(program, artifact, config, options, linted)
+    still = find_invalid(repaired.analysis.view, inputs)
+    if still is not None:
+        raise FixError(f"cannot fix: {invalid_message(still)} (with the {len(repairs)} folded quantizes put back)")
+    return repaired, repairs
+
+
+def _repaired(program: Any, artifact: str, config: Config, options: RunOptions,
+              linted: Linted) -> tuple[Linted, list[AppliedFold]]:
+    """A copy of the lowered program with QL007's quantizes put back, and its lint."""
+    from qlint.graph.rules import run_rules
+
+    lowered = copy.deepcopy(linted.lowered)
+    repairs = restore_quantizes(lowered, float_reads(GraphView(lowered, quantized=program)))
+    repaired = run_rules(GraphView(lowered, quantized=program), artifact, config, verbose=options.verbose)
+    repaired.lowered = lowered
+    return repaired, repairs
 
 
 def fold_all(lowered: Any, folds: Sequence[Fold]) -> None:
@@ -304,11 +323,13 @@ def fix_program(
     """
     options = options or RunOptions()
     dry_run = options.fix is not None and options.fix.dry_run
-    shared = linted is not None  # a caller's lint: fold a copy and leave it whole
-    linted = fixable_lint(program, artifact, config, options, linted)
+    given = linted
+    linted, repairs = fixable_lint(program, artifact, config, options, linted, inputs)
     if not inputs and not dry_run:
         raise FixError(NO_INPUTS)
+    shared = linted is given  # a caller's lint: fold a copy and leave it whole
     summary = _summary(program, artifact, linted, options, dry_run)
+    summary.folds[:0] = repairs
     if dry_run:
         return FixResult(summary, linted.findings, linted.stats, None)
     lowered, folds, evaluations = (

@@ -64,10 +64,11 @@ def measure(program: Any, linted: Linted, artifact: str, config: Config, inputs:
     if linted.lowered is None:
         return figures(artifact, "not lowered: no memory plan", linted.findings, linted.stats, linted.findings, None)
     try:
-        fixable_lint(program, artifact, config, options, linted)
+        fixed, repairs = fixable_lint(program, artifact, config, options, linted)
         if not inputs:
             raise FixError(NO_INPUTS)
-        lowered, folds, evaluations = detached(linted)
+        lowered, folds, evaluations = detached(fixed) if not repairs else (
+            fixed.lowered, fixed.folds, fixed.analysis.evaluations)
         fold_all(lowered, folds)
         after, serialized = checked_after(program, lowered, artifact, config, options, evaluations)
         return figures(artifact, AS_FIXED, linted.findings, after.stats, after.findings, serialized)

@@ -20,7 +20,8 @@ from torch.fx import Node
 
 from qlint.graph.causes import cause_of, causes, normalization
 from qlint.graph.evaluate import evaluate, input_domain, not_per_integer, runtime_input
-from qlint.graph.islands import Island, find_constant_subgraphs, find_islands, fp32_numel, requantize_pairs, results
+from qlint.graph.islands import Island, find_constant_subgraphs, find_islands, requantize_pairs, results
+from qlint.graph.validity import float_reads_of
 from qlint.graph.view import Constant, GraphView, Kind, base_name, op_name
 from qlint.io.limits import MAX_WALK_NODES
 from qlint.rules.builders import factor
@@ -345,13 +346,11 @@ def _misread(view: GraphView, island: Island) -> str | None:
     """An integer kernel of the subgraph fed a float: the lowering folded a quantize into a constant op
     (ExecuTorch's Arm flow then computes that op ahead of time; the Cortex-M passes do not)."""
     for node in island.compute:
-        if not op_name(node).startswith("cortex_m."):
-            continue
-        for arg in node.all_input_nodes:
-            if fp32_numel(view, arg):
-                return (f"{op_name(node)} reads the float32 output of {op_name(_origin(view, arg))} where its kernel "
-                        "expects integers (the lowering folded the quantize between them away): the reference "
-                        "kernels convert the floats, the device does not, so they disagree on its value")
+        for read in float_reads_of(view, node):
+            return (f"{op_name(node)} reads the float32 output of {op_name(_origin(view, read.producer))} where its "
+                    "kernel expects integers (the lowering folded the quantize between them away): the reference "
+                    "kernels convert the floats, the device does not, so they disagree on its value; "
+                    "QL007's fix puts the quantize back")
     return None
 
 

@@ -30,8 +30,9 @@ from qlint.graph.islands import (
     fp32_total,
 )
 from qlint.graph.lowering import LoweringError
+from qlint.graph.readers import sample_inputs
 from qlint.graph.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
-from qlint.graph.validity import Invalid, find_invalid
+from qlint.graph.validity import Invalid, find_invalid, restorable
 from qlint.graph.view import GraphView, is_float, numel, op_name
 from qlint.io.reads import first_line
 from qlint.rules import builders
@@ -254,22 +255,40 @@ def fp32_causes(context: Context) -> list[tuple[str, int]]:
 
 def invalid_message(invalid: Invalid) -> str:
     node = invalid.node
+    what = "computes other values" if invalid.divergence is not None else "cannot run"
     return (
-        f"lowered program cannot run: {op_name(node)} at {node.name} receives "
+        f"lowered program {what}: {op_name(node)} at {node.name} receives "
         f"{', '.join(invalid.dtypes)}: {invalid.reason}"
     )
+
+
+def value_batches(view: GraphView) -> list[tuple[Any, ...]]:
+    """What the check runs the lowered program against the quantized one on: the sample inputs saved
+    with the program (one run of each; `--fix` checks its verification inputs too)."""
+    example = sample_inputs(view.quantized) if view.quantized is not None else None
+    return [example] if example else []
 
 
 def lowered_program_invalid(context: Context) -> list[Finding]:
     if context.failure is not None or not context.view.lowered:
         return []  # the quantized program QL003 falls back on is not meant to run on the device
-    invalid = find_invalid(context.view)
+    invalid = find_invalid(context.view, value_batches(context.view))
     if invalid is None:
         return []
+    details: dict[str, Any] = {}
+    if invalid.float_read is not None:
+        read = invalid.float_read
+        details.update(producer=read.producer.name, producer_op=op_name(read.producer),
+                       restored_qparams=read.qparams.to_dict() if read.qparams is not None else None)
+    if invalid.divergence is not None:
+        diverged = invalid.divergence
+        details.update(reference=diverged.reference.name, steps=diverged.steps, lowered_value=diverged.lowered,
+                       expected_value=diverged.expected)
+    nodes = (invalid.node, invalid.float_read.producer) if invalid.float_read is not None else (invalid.node,)
     return [
         context.factory.finding(
-            Code.LOWERED_PROGRAM_INVALID, invalid_message(invalid), (invalid.node,),
-            op=op_name(invalid.node), input_dtypes=invalid.dtypes, reason=invalid.reason,
+            Code.LOWERED_PROGRAM_INVALID, invalid_message(invalid), nodes, fixable=restorable(context.view, invalid),
+            op=op_name(invalid.node), input_dtypes=invalid.dtypes, reason=invalid.reason, **details,
             graph_nodes=graph_nodes(context.view, {invalid.node: numel(invalid.node) if is_float(invalid.node) else 0}),
         )
     ]

@@ -1,38 +1,96 @@
-"""Can the lowered program run? Every op must receive tensors of dtypes its kernel accepts.
+"""Can the lowered program run, and does it compute what the quantized program computes?
 
 ExecuTorch 1.5.1's Cortex-M lowering can leave programs that look lowered but
 cannot run: a float op such as `aten.hardswish` left on an int8 tensor (an NCHW
-conv -> batch-norm -> hardswish block), a dequantize fed by an fp32 tensor. The
-check is static first, from the dtypes recorded on the graph: a quantize of an
-integer tensor, a dequantize of a float one, and an elementwise aten op probed
-on one-element tensors of its input dtypes. Only an aten op on integer tensors
-that is not elementwise leaves the question open; then the program is run once
-on seeded inputs with the reference kernels and the first node that fails is
-named.
+conv -> batch-norm -> hardswish block), a dequantize fed by an fp32 tensor, a
+Cortex-M integer kernel reading a float tensor (the lowering folded the quantize
+after a constant op such as `aten.full` away, expecting a pass that computes it
+ahead of time, which the Cortex-M passes never run; the reference kernels
+convert the floats, the device reads their bytes as integers). The check is
+static first, from the dtypes recorded on the graph: a quantize of an integer
+tensor, a dequantize of a float one, an integer kernel with a float input, and
+an elementwise aten op probed on one-element tensors of its input dtypes. Only
+an aten op on integer tensors that is not elementwise leaves the question open;
+then the program is run once on seeded inputs with the reference kernels and
+the first node that fails is named. A program that runs is then run against the
+quantized program it was lowered from (`qlint.graph.values`): a lowering that
+changes the values cannot run correctly either.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.fx import Interpreter, Node
 
-from qlint.graph.view import GraphView, Kind, known_operator, op_name, output_dtype, output_value, recorded_bytes
+from qlint.graph.values import Divergence, first_divergence
+from qlint.graph.view import (
+    GraphView,
+    Kind,
+    folded_qparams,
+    known_operator,
+    op_name,
+    output_dtype,
+    output_value,
+    recorded_bytes,
+)
 from qlint.io.limits import RUN_BUDGET_BYTES
 from qlint.io.reads import first_line
+from qlint.rules.qparams import QParams
 
 INTEGER = (torch.int8, torch.int16, torch.int32, torch.uint8)
 
 
 @dataclass(frozen=True)
+class FloatRead:
+    """A Cortex-M integer kernel reading a float tensor, and the quantize the lowering folded away
+    between them: its qparams, as the lowering recorded them on the producer (`output_qparams`),
+    when it did. Putting that quantize back makes the kernel read what the quantized program gives it."""
+
+    kernel: Node
+    producer: Node            # the op whose output quantize was folded away
+    qparams: QParams | None
+    through: tuple[Node, ...] = ()  # data movement between them that the lowering meant to run on the integers
+
+
+@dataclass(frozen=True)
 class Invalid:
-    """The first node the program cannot execute, and why."""
+    """The first node the program cannot execute (or computes wrongly), and why."""
 
     node: Node
     dtypes: list[str]     # its tensor inputs' dtypes
     reason: str
+    float_read: FloatRead | None = None     # when it is an integer kernel reading a float
+    divergence: Divergence | None = None    # when it runs but computes other values
+
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def float_reads(view: GraphView) -> list[FloatRead]:
+    """Every Cortex-M integer kernel input that is a float tensor, in graph order."""
+    return [read for node in view.nodes for read in float_reads_of(view, node)]
+
+
+def restorable(view: GraphView, invalid: Invalid) -> bool:
+    """Whether `--fix` can make the program valid: the problem is a float read, and the lowering
+    recorded the qparams of every quantize it folded away before an integer kernel."""
+    return invalid.float_read is not None and all(read.qparams is not None for read in float_reads(view))
+
+
+def _float_read_problem(read: FloatRead) -> Invalid:
+    integers = read.qparams.dtype if read.qparams is not None else "integers"
+    return Invalid(
+        read.kernel, _dtype_names(_tensor_inputs(read.kernel)),
+        f"it reads the {_dtype_names([read.producer])[0]} output of {op_name(read.producer)} "
+        f"({read.producer.name}) where its kernel expects {integers}: the lowering folded the quantize "
+        "between them away and no Cortex-M pass computes it ahead of time, so the device reads the "
+        "float's bytes as integers",
+        float_read=read,
+    )
 
 
 def _tensor_inputs(node: Node) -> list[Node]:
@@ -85,6 +143,9 @@ def static_problem(view: GraphView, node: Node) -> Invalid | str | None:
     when only running it can tell, None when it is fine."""
     kind = view.kind(node)
     inputs = _tensor_inputs(node)
+    read = next((r for r in float_reads_of(view, node)), None)
+    if read is not None:
+        return _float_read_problem(read)
     if not inputs or view.is_constant(node):
         return None
     first = output_dtype(inputs[0])
@@ -113,8 +174,40 @@ def static_problem(view: GraphView, node: Node) -> Invalid | str | None:
     return Invalid(node, _dtype_names(inputs), refused) if refused else None
 
 
-def find_invalid(view: GraphView) -> Invalid | None:
-    """The first node of a lowered program that cannot run, or None."""
+def float_reads_of(view: GraphView, node: Node) -> list[FloatRead]:
+    """The float inputs of one Cortex-M integer kernel."""
+    if node.op != "call_function" or not op_name(node).startswith("cortex_m.") \
+            or view.kind(node) in (Kind.QUANTIZE, Kind.DEQUANTIZE):  # a dequantize of floats: static_problem's
+        return []
+    return [_float_read(view, node, arg) for arg in _tensor_inputs(node)
+            if output_dtype(arg) in FLOATS and not _integer_kernel(view, arg)]
+
+
+def _integer_kernel(view: GraphView, node: Node) -> bool:
+    """A Cortex-M kernel that computes integers, whatever dtype its recorded output has (a kernel
+    that read floats records a float output, which is only the misread passed on)."""
+    return op_name(node).startswith("cortex_m.") and view.op_kind(node) not in (Kind.DEQUANTIZE,)
+
+
+def _float_read(view: GraphView, kernel: Node, arg: Node) -> FloatRead:
+    """Back from the kernel's float input through data movement the lowering annotated as running on
+    integers (it records `input_qparams` on it) to the op whose quantize it folded away."""
+    through: list[Node] = []
+    producer = arg
+    while (view.op_kind(producer) == Kind.SHAPE and producer.meta.get("input_qparams") and producer.args
+           and isinstance(producer.args[0], Node) and output_dtype(producer.args[0]) in FLOATS):
+        through.append(producer)
+        producer = producer.args[0]
+    qparams = folded_qparams(producer)
+    if qparams is not None and any(folded_qparams(n) != qparams for n in through):
+        qparams = None  # data movement that requantizes: nothing to restore with confidence
+    return FloatRead(kernel, producer, qparams, tuple(reversed(through)))
+
+
+def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]] = ()) -> Invalid | None:
+    """The first node of a lowered program that cannot run, or None. With `batches` and the quantized
+    program the view was made with, a program that runs is also run against it on them: the first
+    node whose values the lowering changed."""
     open_question = False
     for node in view.nodes:
         if node.op != "call_function":
@@ -124,9 +217,24 @@ def find_invalid(view: GraphView) -> Invalid | None:
             return found
         open_question = open_question or found == "open"
     runnable = hasattr(view.program, "module") and view.lowered  # a lowered graph's shapes were re-traced
-    if open_question and runnable and sum(recorded_bytes(n) for n in view.nodes) <= RUN_BUDGET_BYTES:
-        return _first_failing(view)
-    return None
+    if not runnable or sum(recorded_bytes(n) for n in view.nodes) > RUN_BUDGET_BYTES:
+        return None
+    failing = _first_failing(view) if open_question else None
+    if failing is not None or view.quantized is None or not batches:
+        return failing
+    diverged = first_divergence(view, view.quantized, batches)
+    return _divergence_problem(diverged) if diverged is not None else None
+
+
+def _divergence_problem(diverged: Divergence) -> Invalid:
+    node = diverged.node
+    return Invalid(
+        node, _dtype_names(_tensor_inputs(node)),
+        f"it computes other values than the quantized program's {diverged.reference.name}: "
+        f"{diverged.lowered:.6g} where that gives {diverged.expected:.6g} ({diverged.steps:.0f} quantization "
+        f"steps apart, on input {diverged.batch}, every input of it as the quantized program computes it)",
+        divergence=diverged,
+    )
 
 
 class _Tracking(Interpreter):

@@ -151,6 +151,16 @@ def output_dtype(node: Node) -> torch.dtype | None:
     return getattr(val, "dtype", None)
 
 
+def folded_qparams(node: Node) -> QParams | None:
+    """The per-tensor qparams of the quantize the lowering folded into `node`'s output
+    (`FoldAndAnnotateQParamsPass` records them as `output_qparams`), if recorded."""
+    args = node.meta.get("output_qparams", {}).get(0)
+    if args is None or getattr(args, "per_channel", False):
+        return None
+    return QParams(float(args.scale), int(args.zp), int(args.qmin), int(args.qmax),
+                   str(args.dtype).removeprefix("torch."))
+
+
 def numel(node: Node) -> int:
     val = output_value(node)
     if isinstance(val, (tuple, list)):
@@ -246,6 +256,7 @@ class GraphView:
         self.program = program
         self.graph_id = graph_id  # what Model Explorer's adapter calls the program's graph
         # The quantized program this one was lowered from: what the quantizer saw, by node name.
+        self.quantized = quantized
         self._quantized = {n.name: n for n in quantized.graph.nodes} if quantized is not None else {}
         self.graph = program.graph_module.graph
         self.nodes: list[Node] = list(self.graph.nodes)

@@ -156,29 +156,67 @@ def test_a_scale_ending_in_a_quantize_is_stored_as_int8(linted: Callable[..., An
     assert_same_outputs(unfixed, result.program, [example, *seeded(example)])
 
 
-def test_an_int_kernel_reading_a_float_constant_is_reported_and_left(linted: Callable[..., Any]) -> None:
+def test_an_int_kernel_reading_a_float_constant_is_ql007(linted: Callable[..., Any]) -> None:
     """With the parameter's shape the quantizer's mul pattern takes `full * w`; the lowering folds the
-    quantize of the `full` away and never computes it, so cortex_m.quantized_mul reads floats."""
+    quantize of the `full` away and never computes it, so cortex_m.quantized_mul reads floats: an error,
+    named by kernel, producer and the line that wrote it."""
     checked = linted("make_computed_scale_quantized_mul")
+    [invalid] = only(checked.findings, "QL007")
+    assert invalid.severity == "error" and invalid.fixable
+    assert invalid.message.startswith(
+        "lowered program cannot run: cortex_m.quantized_mul.default at cortex_m_quantized_mul_default receives "
+        "float32, int8: it reads the float32 output of aten.full.default (aten_full_default) where its kernel "
+        "expects int8")
+    assert invalid.details["producer_op"] == "aten.full.default"
+    assert invalid.details["restored_qparams"]["dtype"] == "int8"
+    assert invalid.location.code == "return x + torch.full(self.shape, 0.5) * self.w"
     [finding] = only(checked.findings, "QL008")
     [island] = only(checked.findings, "QL002")
     # The island reads the subgraph's dequantize [16] as its input: the total counts it once.
     assert checked.stats.fp32_elements == island.details["fp32_elements"] + 16
     assert finding.details["ops"] == ["aten.full.default", "cortex_m.quantized_mul.default"]
-    assert finding.details["fp32_elements"] == 16 + 16  # the full and the dequantize after the int8 mul
     assert finding.details["misread"].startswith(
         "cortex_m.quantized_mul.default reads the float32 output of aten.full.default where its kernel expects "
         "integers")
     assert not finding.fixable and finding.details["misread"] in finding.message
 
 
-def test_a_misread_constant_is_left_with_its_reason(quantized: Callable[..., Any]) -> None:
+def test_fix_puts_the_folded_quantize_back_and_stores_what_the_quantized_program_computes(
+        quantized: Callable[..., Any], linted: Callable[..., Any]) -> None:
+    """`--fix` quantizes the `full` as the folded quantize did, then computes the constant group once:
+    the program it writes reads integers and gives the quantized program's values, which the lowered
+    one did not (127 quantization steps off)."""
     from examples.models import make_computed_scale_quantized_mul
+    from qlint.graph.validity import find_invalid, float_reads
+    from qlint.graph.values import first_divergence
 
-    result = fix(quantized("make_computed_scale_quantized_mul"), [make_computed_scale_quantized_mul()[1]])
-    [left] = [item for item in result.summary.left if item.code == "QL008"]
-    assert left.reason.startswith("cortex_m.quantized_mul.default reads the float32 output of aten.full.default")
-    assert "aten.full.default" in ops(result.program) and stored(result.program) == {}
+    program = quantized("make_computed_scale_quantized_mul")
+    example = make_computed_scale_quantized_mul()[1]
+    batches = [example, *seeded(example)]
+    unfixed = GraphView(linted("make_computed_scale_quantized_mul").lowered, quantized=program)
+    wrong = first_divergence(unfixed, program, batches)
+    assert wrong is not None and wrong.node.name == "cortex_m_quantized_mul_default" and wrong.steps > 100
+    result = fix(program, [example])
+    assert [(f.code, f.kind) for f in result.summary.folds] == [("QL007", "quantize"), ("QL008", "constant")]
+    assert "put back the quantize of aten.full.default's output (int8(scale=" in result.summary.folds[0].change
+    assert "aten.full.default" not in ops(result.program) and "cortex_m.quantized_mul.default" not in ops(result.program)
+    fixed = GraphView(result.program, quantized=program)
+    assert float_reads(fixed) == [] and find_invalid(fixed, batches) is None
+    assert not only(result.findings, "QL007") and not only(result.findings, "QL008")
+    # The stored [16] is the quantized program's dequantized int8 product, exactly.
+    [value] = stored(result.program).values()
+    module = program.module()
+    recorded: dict[str, torch.Tensor] = {}
+
+    class Recording(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            recorded[n.name] = super().run_node(n)
+            return recorded[n.name]
+
+    Recording(module).run(*example)
+    [product] = [n.name for n in module.graph.nodes if n.op == "call_function" and n.name.startswith("dequantize")
+                 and n.args[0].op == "call_function" and n.args[0].args[0].target == torch.ops.aten.mul.Tensor]
+    assert value.dtype == torch.float32 and torch.equal(value, recorded[product])
 
 
 def test_the_constant_kinds_guard_applies(quantized: Callable[..., Any]) -> None:

@@ -451,15 +451,20 @@ def test_a_program_executorch_cannot_serialize_is_a_one_line_error() -> None:
     )
 
 
-def test_a_scale_with_an_in_graph_mask_folds_bit_exact(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
+def test_a_scale_with_an_in_graph_mask_folds_after_its_quantize_is_put_back(
+        fixed: Callable[..., Any], quantized: Callable[..., Any]) -> None:
+    """The mask's `aten.full` feeds the int8 add as floats (QL007): `--fix` puts its quantize back, stores the
+    mask it then computes (QL008), and removes the island that adds it, an identity (QL001)."""
+    from qlint.graph.validity import find_invalid
+
     result = fixed("make_masked_attention")
-    assert sorted((f.code, f.kind) for f in result.summary.folds) == [("QL001", "identity"), ("QL004", "table")]
+    assert sorted((f.code, f.kind) for f in result.summary.folds) == [
+        ("QL001", "identity"), ("QL004", "table"), ("QL007", "quantize"), ("QL008", "constant")]
     assert not any(o.startswith(("aten.mul", "aten.add", "aten.full")) for o in ops(result.program))
-    # The mask's aten.full is fp32 work (QL008); it feeds an int kernel as floats, so it is not stored, but
-    # it goes with the island the identity removes, and is no longer reported as left.
     assert result.summary.fp32_ops == (4, 0) and result.summary.left == []
-    unfixed = linted("make_masked_attention").lowered
-    assert_same_outputs(unfixed, result.program, seeded(example("make_masked_attention")))
+    program = quantized("make_masked_attention")
+    batches = seeded(example("make_masked_attention"))
+    assert find_invalid(GraphView(result.program, quantized=program), batches) is None
 
 
 def test_fix_refuses_a_lowered_program_that_cannot_run(quantized: Callable[..., Any]) -> None:
