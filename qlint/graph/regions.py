@@ -301,10 +301,12 @@ def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_element
         name = operand_name(view, operand, root) if isinstance(operand, Node) else repr(operand)
         return f"runtime (non-constant) operand {name} of {op_name(node)}"
     if found == NotAStep.DIFFERS_BY_POSITION:
-        made = (f"; it is computed in the graph ({op_name(operand)}) and never quantized"
-                if constant.kind == ConstantKind.COMPUTED and isinstance(operand, Node) else "")
-        return (f"constant {constant.name} differs by position ({constant.numel} elements), as a mask or a "
-                f"position embedding does, so no table folds it{made}; {cause_of(node, view.as_quantized)}")
+        computed = constant.kind == ConstantKind.COMPUTED and isinstance(operand, Node)
+        made = (f"; it is computed in the graph ({op_name(operand)}) from constants, one value per element, and "
+                "never quantized" if computed else "")
+        held = "" if computed else f", a {constant.kind}"
+        return (f"constant {constant.name}{held} differs by position ({constant.numel} elements), so no table "
+                f"folds it{made}; {cause_of(node, view.as_quantized)}")
     if found == NotAStep.PER_CHANNEL:
         return f"per-channel constant {constant.name} ({constant.numel} elements); {cause_of(node, view.as_quantized)}"
     if base in OFFSET_OPS:  # NOT_FINITE

@@ -144,8 +144,8 @@ def test_text_output_groups_a_network_of_nchw_convolutions_into_one_cause(
 def test_whisper_position_embedding_add_names_its_constant_and_the_broadcast_the_add_check_refused(linted: Callable[..., Any]) -> None:
     [add] = [f for f in linted("make_whisper_encoder").findings if f.details.get("ops") == ["aten.add.Tensor"]]
     assert add.details["reason"] == (
-        "constant embedding differs by position (256 elements), as a mask or a position embedding "
-        "does, so no table folds it; it is computed in the graph (aten.embedding.default) and never quantized; "
+        "constant embedding differs by position (256 elements), so no table folds it; it is computed in the graph "
+        "(aten.embedding.default) from constants, one value per element, and never quantized; "
         "aten.add.Tensor: CortexMQuantizer's add pattern refused it (CortexMAddMulCheck): operand shapes [1, 8, 32] "
         "and [8, 32] (quantized add/mul take operands of one shape, or a per-channel [N, C, 1, 1] operand of a "
         "channels_last tensor); fix: expand the second operand to [1, 8, 32] (`.expand(1, 8, 32)`) before the op "

@@ -13,7 +13,7 @@ def test_fix_applicability_is_the_tables() -> None:
         "QL001": (Applicability.SAFE, Availability.SOMETIMES), "QL002": (Applicability.SAFE, Availability.SOMETIMES),
         "QL003": (Applicability.NONE, Availability.NONE), "QL004": (Applicability.SAFE, Availability.SOMETIMES),
         "QL005": (Applicability.NONE, Availability.NONE), "QL006": (Applicability.NONE, Availability.NONE),
-        "QL007": (Applicability.UNSAFE, Availability.SOMETIMES),
+        "QL007": (Applicability.SAFE, Availability.SOMETIMES),
         "QL008": (Applicability.SAFE, Availability.SOMETIMES),
         "QL009": (Applicability.NONE, Availability.NONE),
     }
