@@ -301,9 +301,9 @@ def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_element
         name = operand_name(view, operand, root) if isinstance(operand, Node) else repr(operand)
         return f"runtime (non-constant) operand {name} of {op_name(node)}"
     if found == NotAStep.DIFFERS_BY_POSITION:
-        computed = constant.kind == ConstantKind.COMPUTED and isinstance(operand, Node)
+        computed = isinstance(operand, Node) and constant.kind == ConstantKind.COMPUTED
         made = (f"; it is computed in the graph ({op_name(operand)}) from constants, one value per element, and "
-                "never quantized" if computed else "")
+                "never quantized" if isinstance(operand, Node) and computed else "")
         held = "" if computed else f", a {constant.kind}"
         return (f"constant {constant.name}{held} differs by position ({constant.numel} elements), so no table "
                 f"folds it{made}; {cause_of(node, view.as_quantized)}")

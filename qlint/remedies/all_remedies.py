@@ -1,7 +1,9 @@
 """Every remedy, by the name the config and `--unsafe-fixes` use: the one table that the search
 (`qlint.remedies.search`) and the patch writer (`qlint.remedies.patch`) read.
 
-A new remedy is a module of its own here, named for its `RemedyName`, and a row below.
+A new remedy is a module of its own here, named for its `RemedyName`, and a row below. Remedies
+built together are applied in the order of the rows: `int8-layernorm` reads a normalization as it
+was written, before `expand-broadcasts` puts an `expand` into it.
 """
 
 from __future__ import annotations

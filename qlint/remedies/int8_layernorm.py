@@ -10,15 +10,20 @@ so `native_layer_norm` stays fp32. Everything it computes has an int8 path:
     rstd = rsqrt(var)                      cortex_m.quantized_activation (a 256-entry table)
     y    = d * expand(rstd) * expand(w) + expand(b)
 
-An `rms_norm` is the same without the mean (`d = x`, eps `finfo.eps` when not given). The
-rewrite is float-equal to `layer_norm` up to float rounding; the quantized program is
-not, which is why this is an unsafe fix measured like the others. `rebuild_layer_norms` is
-public: the line a user adds to their own export script.
+An `rms_norm` is the same without the mean (`d = x`, eps `finfo.eps` when not given). A
+normalization written out by hand is rebuilt the same way (`written_norm`): Llama-style RMSNorm,
+`h * rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)`, and LayerNorm written with `mean`, `(x - u) /
+sqrt((x - u).pow(2).mean(-1, keepdim=True) + eps)` (`rsqrt`/`sqrt`, `pow(2)`/`d * d`); the
+user's own weight and bias after it stay as they are. The rewrite is float-equal to the
+normalization up to float rounding; the quantized program is not, which is why this is an unsafe
+fix measured like the others. `rebuild_layer_norms` is public: the line a user adds to their own
+export script.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
 from qlint.graph import stack
@@ -42,11 +47,12 @@ _ARGUMENTS: dict[Any, tuple[tuple[str, Any], ...]] = {
 
 
 class Int8LayerNorm(SitedRemedy):
-    """Rebuild every `layer_norm` and `rms_norm` over the last dimension from linear, add, mul and an rsqrt table."""
+    """Rebuild every `layer_norm` and `rms_norm` over the last dimension, called or written out, from
+    linear, add, mul and an rsqrt table."""
 
     name = RemedyName.INT8_LAYERNORM
     public = "rebuild_layer_norms"
-    none_found = "the exported model has no layer_norm or rms_norm"
+    none_found = "the exported model has no layer_norm or rms_norm, called or written out"
 
     def nodes(self, graph: Any) -> list[Any]:
         return norm_nodes(graph)
@@ -58,33 +64,124 @@ class Int8LayerNorm(SitedRemedy):
         return rebuild_layer_norms(graph, skip_unsupported=True, skip=self.skip)
 
 
+@dataclass(frozen=True)
+class Norm:
+    """A normalization over the last dimension: its input, what it normalizes over, its affine
+    operands (a written one has none: the user's own ops after it stay) and eps."""
+
+    centred: bool            # layer_norm (the mean is taken off) or rms_norm
+    x: Any
+    shape: list[int]
+    weight: Node | None
+    bias: Node | None
+    eps: float
+    pattern: tuple[Node, ...] = ()   # a written one's ops, last first, which the rebuild replaces
+
+
 def norm_nodes(graph: Any) -> list[Node]:
-    """The graph's `layer_norm` and `rms_norm` calls, in graph order."""
-    return [n for n in graph.graph.nodes if n.op == "call_function" and n.target in _ARGUMENTS]
+    """The graph's `layer_norm` and `rms_norm` calls and written-out normalizations (by their last
+    op), in graph order."""
+    return [n for n in graph.graph.nodes
+            if n.op == "call_function" and (n.target in _ARGUMENTS or written_norm(n) is not None)]
 
 
-def _norm_args(node: Node) -> tuple[Node, list[int], Node | None, Node | None, float]:
-    """input, normalized_shape, weight, bias (None for rms_norm) and eps of a `layer_norm`/`rms_norm` call."""
+def _is(node: Any, *targets: Any) -> bool:
+    return isinstance(node, Node) and node.op == "call_function" and node.target in targets
+
+
+def _only_used_in(node: Node, users: Collection[Node]) -> bool:
+    return all(user in users for user in node.users)
+
+
+def _mean_of_last(node: Any) -> Node | None:
+    """The input of `x.mean(-1, keepdim=True)`."""
+    if not _is(node, _aten.mean.dim) or not isinstance(node.args[0], Node):
+        return None
+    x, dims = node.args[0], node.args[1]
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    value = x.meta.get("val")
+    rank = value.dim() if isinstance(value, torch.Tensor) else 0
+    return x if keepdim and list(dims) in ([-1], [rank - 1]) and rank > 0 else None
+
+
+def _square_of(node: Any) -> Node | None:
+    """The input of `d.pow(2)` or `d * d`."""
+    if _is(node, _aten.pow.Tensor_Scalar) and node.args[1] == 2 and isinstance(node.args[0], Node):
+        return node.args[0]
+    if _is(node, _aten.mul.Tensor) and node.args[0] is node.args[1] and isinstance(node.args[0], Node):
+        return node.args[0]
+    return None
+
+
+def _same_value(a: Node, b: Node) -> bool:
+    """The same node, or the same op on the same operands (`x - u` written twice, which export keeps)."""
+    return a is b or (_is(a, a.target) and _is(b, a.target) and a.args == b.args and a.kwargs == b.kwargs)
+
+
+def _scaled_by_inverse_root(node: Any) -> tuple[Node, Node, Node] | None:
+    """(d, s, the root op) of `d * rsqrt(s)`, `rsqrt(s) * d` or `d / sqrt(s)`."""
+    if _is(node, _aten.mul.Tensor):
+        for d, root in (node.args[:2], reversed(node.args[:2])):
+            if _is(root, _aten.rsqrt.default) and isinstance(d, Node):
+                return d, root.args[0], root
+    if _is(node, _aten.div.Tensor) and _is(node.args[1], _aten.sqrt.default) and isinstance(node.args[0], Node):
+        return node.args[0], node.args[1].args[0], node.args[1]
+    return None
+
+
+def written_norm(node: Any) -> Norm | None:
+    """The normalization `node` ends, when it is one written out by hand over the last dimension."""
+    found = _scaled_by_inverse_root(node)
+    if found is None:
+        return None
+    d, s, root = found
+    if not _is(s, _aten.add.Tensor) or not isinstance(s.args[1], (int, float)):
+        return None
+    variance, eps = s.args[0], float(s.args[1])
+    squared = _mean_of_last(variance)
+    twin = _square_of(squared)
+    if twin is None or not _same_value(twin, d) or not isinstance(variance, Node) or not isinstance(squared, Node):
+        return None
+    pattern: tuple[Node, ...] = (node, root, s, variance, squared)
+    x: Node = d
+    mean = d.args[1] if _is(d, _aten.sub.Tensor) else None
+    centred = isinstance(mean, Node) and _mean_of_last(mean) is d.args[0]
+    if centred and isinstance(mean, Node) and isinstance(d.args[0], Node):
+        x = d.args[0]
+        pattern = (*pattern, *dict.fromkeys((d, twin)), mean)  # `x - u` may be written twice
+    inside = set(pattern)
+    if not all(_only_used_in(n, inside) for n in pattern[1:]):
+        return None  # an intermediate the model reads elsewhere: it must stay
+    shape = [int(x.meta["val"].shape[-1])] if isinstance(x.meta.get("val"), torch.Tensor) else []
+    return Norm(centred, x, shape, None, None, eps, pattern)
+
+
+def _norm(node: Node) -> Norm:
+    """A `layer_norm`/`rms_norm` call's or a written normalization's arguments."""
+    written = written_norm(node)
+    if written is not None:
+        return written
     names = _ARGUMENTS[node.target]
     values = {**dict(names), **dict(zip((name for name, _ in names), node.args, strict=False)), **node.kwargs}
     x = values["input"]
     eps = values["eps"]
     if eps is None:
         eps = torch.finfo(x.meta["val"].dtype).eps if isinstance(x, Node) and "val" in x.meta else 0.0
-    return x, list(values["normalized_shape"]), values["weight"], values.get("bias"), float(eps)
+    return Norm(node.target == _LAYER_NORM, x, list(values["normalized_shape"]), values["weight"],
+                values.get("bias"), float(eps))
 
 
 def not_rebuildable(node: Node) -> str | None:
-    """Why this `layer_norm` or `rms_norm` cannot be rebuilt from int8 kernels, or None when it can."""
-    x, shape, weight, bias, eps = _norm_args(node)
-    value = x.meta.get("val")
+    """Why this normalization cannot be rebuilt from int8 kernels, or None when it can."""
+    norm = _norm(node)
+    value = norm.x.meta.get("val") if isinstance(norm.x, Node) else None
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         return f"{node.name}: its input has no float value recorded"
-    if len(shape) != 1:
-        return f"{node.name}: it normalizes over {len(shape)} dimensions {shape}, not the last one alone"
-    if eps <= 0.0:
-        return f"{node.name}: eps={eps!r} makes rsqrt(variance) infinite for a constant row"
-    for operand in (weight, bias):
+    if len(norm.shape) != 1:
+        return f"{node.name}: it normalizes over {len(norm.shape)} dimensions {norm.shape}, not the last one alone"
+    if norm.eps <= 0.0:
+        return f"{node.name}: eps={norm.eps!r} makes rsqrt(variance) infinite for a constant row"
+    for operand in (norm.weight, norm.bias):
         if operand is not None and not isinstance(operand, Node):
             return f"{node.name}: its affine operand {operand!r} is not a tensor"
     return None
@@ -105,30 +202,33 @@ def rebuild_layer_norms(
 
 
 def _rebuild(graph: GraphModule, node: Node, prefix: str) -> None:
-    x, shape, weight, bias, eps = _norm_args(node)
-    value = x.meta["val"]
-    channels, full = shape[0], list(value.shape)
+    norm = _norm(node)
+    x, value = norm.x, norm.x.meta["val"]
+    channels, full = norm.shape[0], list(value.shape)
     averaging = torch.full((1, channels), 1.0 / channels, dtype=value.dtype)
-    if node.target == _LAYER_NORM:
+    if norm.centred:
         graph.register_buffer(f"{prefix}_mean", averaging.clone())
     graph.register_buffer(f"{prefix}_variance", averaging.clone())
-    graph.register_buffer(f"{prefix}_eps", torch.tensor([eps], dtype=value.dtype))
+    graph.register_buffer(f"{prefix}_eps", torch.tensor([norm.eps], dtype=value.dtype))
 
     def add(target: Any, *args: Any) -> Node:
         return node_for(graph, node, target, args)
 
     with graph.graph.inserting_before(node):
         centred = x  # rms_norm: no mean
-        if node.target == _LAYER_NORM:
+        if norm.centred:
             mean = add(_aten.linear.default, x, add("get_attr", f"{prefix}_mean"))
             centred = add(_aten.sub.Tensor, x, add(_aten.expand.default, mean, full))
         variance = add(_aten.linear.default, add(_aten.mul.Tensor, centred, centred),
                        add("get_attr", f"{prefix}_variance"), add("get_attr", f"{prefix}_eps"))
         rstd = add(_aten.rsqrt.default, variance)
         result = add(_aten.mul.Tensor, centred, add(_aten.expand.default, rstd, full))
-        affine: list[tuple[Callable[..., Any], Node | None]] = [(_aten.mul.Tensor, weight), (_aten.add.Tensor, bias)]
+        affine: list[tuple[Callable[..., Any], Node | None]] = [(_aten.mul.Tensor, norm.weight),
+                                                                (_aten.add.Tensor, norm.bias)]
         for op, operand in affine:
             if operand is not None:
                 result = add(op, result, add(_aten.expand.default, operand, full))
     node.replace_all_uses_with(result)
-    graph.graph.erase_node(node)
+    for gone in norm.pattern or (node,):  # last op first: each has no user left when it is erased
+        if not gone.users:
+            graph.graph.erase_node(gone)

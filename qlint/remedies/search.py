@@ -292,7 +292,8 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
         final = next(iter(kept.values()))[1]
     else:
         try:
-            final = _built(build, [remedy for remedy, _ in kept.values()], config, artifact, batches, reference)
+            in_order = [kept[name][0] for name in REMEDIES if name in kept]  # the table's order, not the request's
+            final = _built(build, in_order, config, artifact, batches, reference)
         except RemedyError as exc:
             return Remediated(plain.program, plain.build, report, plain.fixed,
                               f"the kept remedies together fail, nothing written: {exc}")

@@ -79,4 +79,94 @@ def test_module_layer_norms_are_rebuilt_and_each_skip_says_why() -> None:
     assert Int8LayerNorm().not_applicable(zero_eps) == (
         "layer_norm: eps=0.0 makes rsqrt(variance) infinite for a constant row")
     assert Int8LayerNorm().not_applicable(export_float(torch.nn.Linear(8, 8).eval(), example)) == (
-        "the exported model has no layer_norm or rms_norm")
+        "the exported model has no layer_norm or rms_norm, called or written out")
+
+
+class LlamaRMSNorm(torch.nn.Module):
+    """RMSNorm as Llama-style models write it: the statistic by hand, the weight after it."""
+
+    def __init__(self, channels: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, channels))
+        self.eps = eps
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        variance = h.pow(2).mean(-1, keepdim=True)
+        return self.weight * (h * torch.rsqrt(variance + self.eps))
+
+
+class WrittenLayerNorm(torch.nn.Module):
+    """LayerNorm written with `mean` and `sqrt`, as small speech and vision transformers do."""
+
+    def __init__(self, channels: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, channels))
+        self.bias = torch.nn.Parameter(torch.linspace(-0.2, 0.2, channels))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        u = x.mean(-1, keepdim=True)
+        s = (x - u).pow(2).mean(-1, keepdim=True)
+        return self.weight * ((x - u) / torch.sqrt(s + self.eps)) + self.bias
+
+
+class Block(torch.nn.Module):
+    """Two linears around a written norm, the residual reading the norm's input too."""
+
+    def __init__(self, norm: torch.nn.Module) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.norm, self.fc2 = torch.nn.Linear(16, 16), norm, torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc1(x)
+        return self.fc2(self.norm(h)) + h
+
+
+@pytest.mark.parametrize("norm", [LlamaRMSNorm(16), WrittenLayerNorm(16)], ids=["rms", "layer"])
+def test_a_written_norm_is_rebuilt_and_equals_itself_in_float(norm: torch.nn.Module) -> None:
+    model = Block(norm).eval()
+    generator = torch.Generator().manual_seed(7)
+    batches = [(torch.randn(1, 8, 16, generator=generator) * scale,) for scale in (1.0, 20.0)]
+    graph = export_float(model, batches[0])
+    assert Int8LayerNorm().sites(graph) == ["norm"]
+    graph = rebuild_layer_norms(graph)
+    ops = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
+    assert "aten.mean.dim" not in ops and "aten.pow.Tensor_Scalar" not in ops and "aten.rsqrt.default" in ops
+    assert "aten.sqrt.default" not in ops and "aten.div.Tensor" not in ops
+    for batch in batches:
+        expected, got = model(*batch), graph(*batch)
+        assert float((got - expected).abs().max()) <= 64 * float(expected.abs().max()) * torch.finfo(torch.float32).eps
+
+
+def test_a_written_norm_whose_statistic_is_read_elsewhere_is_left() -> None:
+    """The variance is an output too: rebuilding would have to keep it, so the norm is not one to rebuild."""
+
+    class Leaky(torch.nn.Module):
+        def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            variance = h.pow(2).mean(-1, keepdim=True)
+            return h * torch.rsqrt(variance + 1e-6), variance
+
+    graph = export_float(Leaky().eval(), (torch.randn(2, 16),))
+    assert Int8LayerNorm().not_applicable(graph) == (
+        "the exported model has no layer_norm or rms_norm, called or written out")
+
+
+def test_int8_layernorm_takes_a_written_rms_norm_block_to_int8() -> None:
+    """The issue's block: with expand-broadcasts alone the statistic (pow, mean, add, rsqrt) stays fp32;
+    with the written RMSNorm rebuilt it is int8 kernels, within the SQNR guard."""
+    from qlint.remedies.remedy import Build
+    from qlint.remedies.search import remediate
+    from qlint.rules.records import RemedyStatus
+    from qlint.settings.config import Config, RemedyName
+
+    model = Block(LlamaRMSNorm(16)).eval()
+    generator = torch.Generator().manual_seed(1)
+    batches = tuple((torch.randn(1, 8, 16, generator=generator),) for _ in range(4))
+    done = remediate(Build(model, batches[0], batches), [RemedyName.EXPAND_BROADCASTS, RemedyName.INT8_LAYERNORM],
+                     Config(), "block")
+    base, final = done.report.baseline, done.report.final
+    kept = next(o for o in done.report.outcomes if o.remedy == RemedyName.INT8_LAYERNORM)
+    assert kept.status == RemedyStatus.KEPT and done.error is None, kept.reason
+    assert final.fp32_elements < kept.measured.fp32_elements <= base.fp32_elements // 2
+    assert base.sqnr_db - final.sqnr_db <= Config().remedy_max_sqnr_drop_db

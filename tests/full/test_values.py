@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import run_cli
 
 from qlint.fix.apply import FixError, fix_program, verification_inputs
@@ -69,6 +70,55 @@ def test_the_float_bounds_clamp_agrees_and_the_check_finds_nothing(
     outputs = [lowered.module()(*b) for b in batches]
     expected = [program.module()(*b) for b in batches]
     assert all(torch.allclose(o, e, atol=DIVERGED_STEPS * scale) for o, e in zip(outputs, expected, strict=True))
+
+
+class Op(torch.nn.Module):
+    """One op of a model, as written: `Op(lambda x: F.pad(x, (2, 2), value=1.0))`."""
+
+    def __init__(self, op: Any) -> None:
+        super().__init__()
+        self.op = op
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.op(*inputs)
+
+
+# Each a lowering by ExecuTorch 1.5.1 that carries a float literal of the model onto the integers (the
+# node named), and lowerings of the same ops that keep the values. One input (1, 16), two for `where`.
+LOWERINGS = [
+    ("int16", lambda x: F.hardtanh(x, -0.5, 0.5), "aten_hardtanh_default"),
+    ("int16", lambda x: x.clamp(min=-1), "aten_clamp_default"),
+    ("int16", lambda x: F.hardswish(x), "aten_clamp_default"),      # the clamp(x, -3) the Cortex-M passes add
+    ("int16", lambda x: F.pad(x, (2, 2), value=1.0), "cortex_m_pad_default"),  # the value clamped to int8's range
+    ("int8", lambda x, y: torch.where(x > 0.5, x, y), "aten_where_self"),     # compared with 0.5 as an integer
+    ("int16", lambda x, y: torch.where(x >= 0.5, x, y), "aten_where_self"),
+    ("int8", lambda x: torch.cat([x, torch.ones_like(x)], 1), "aten_full_like_default"),  # the fill not quantized
+    ("int8", lambda x: torch.cat([x, torch.full_like(x, 0.5)], 1), "aten_full_like_default"),
+    ("int16", lambda x: torch.maximum(x, torch.full_like(x, 0.5)), "aten_full_like_default"),
+    ("int16", lambda x: F.relu6(x), None),
+    ("int8", lambda x, y: torch.where(x > 0, x, y), None),  # 0 is the zero point's integer: the same test
+    ("int8", lambda x: F.pad(x, (2, 2), value=0.5), None),
+]
+
+
+@pytest.mark.parametrize(("dtype", "op", "node"), LOWERINGS)
+def test_lowerings_that_carry_a_float_literal_onto_the_integers_diverge_at_that_node(
+        dtype: str, op: Any, node: str | None) -> None:
+    from executorch.backends.cortex_m.quantizer.quantization_configs import INT16_PER_TENSOR_CONFIG
+
+    generator = torch.Generator().manual_seed(0)
+    example = tuple(torch.randn(1, 16, generator=generator) * 2 for _ in range(op.__code__.co_argcount))
+    program = quantize(Op(op), example, [example], INT16_PER_TENSOR_CONFIG if dtype == "int16" else None)
+    checked = lint_program(program, "op", Config())
+    assert checked.lowered is not None
+    found = first_divergence(GraphView(checked.lowered, quantized=program), program, [example])
+    assert (found.node.name if found else None) == node
+    invalid = [f for f in checked.findings if f.code == "QL007"]
+    if node is None:
+        assert not invalid
+    else:
+        assert [f.details.get("steps", 0) > DIVERGED_STEPS for f in invalid] == [True]
+        assert abs(found.lowered - found.expected) > 0.1  # a value the float model would not recognise
 
 
 MUL_MODEL = '''import torch

@@ -114,6 +114,15 @@ def test_stock_lowering_failures_are_ql003(run: Run) -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_no_lowering_of_the_corpus_changes_the_values(run: Run) -> None:
+    """QL007's value check runs every lowered program of ExecuTorch's Cortex-M tests against its quantized
+    program on its sample inputs: none diverges (docs/checks.md, "Values"), and every QL007 the corpus
+    has is a program that cannot run, each naming its node."""
+    diverged = [f"{f['artifact']}: {f['message']}" for stem in run.corpus.built
+                for f in run.findings(stem, "QL007") if "steps" in f["details"]]
+    assert not diverged, "\n".join(diverged)
+
+
 def test_every_fp32_island_has_a_cause(run: Run) -> None:
     islands = [f for stem in run.corpus.built for f in run.findings(stem, "QL002")]
     assert islands, "the corpus has fp32 islands (NCHW convolutions, broadcasts): none reported"
