@@ -263,7 +263,9 @@ def _repaired(program: Any, artifact: str, config: Config, options: RunOptions,
 
     lowered = copy.deepcopy(linted.lowered)
     repairs = restore_quantizes(lowered, float_reads(GraphView(lowered, quantized=program)))
-    repaired = run_rules(GraphView(lowered, quantized=program), artifact, config, verbose=options.verbose)
+    # its values are checked on every input by the caller
+    repaired = run_rules(GraphView(lowered, quantized=program), artifact, config, verbose=options.verbose,
+                         values_verified=True)
     repaired.lowered = lowered
     return repaired, repairs
 
@@ -282,7 +284,7 @@ def checked_after(program: Any, lowered: Any, artifact: str, config: Config, opt
     from qlint.graph.rules import run_rules
 
     view = GraphView(lowered, quantized=program)
-    return (run_rules(view, artifact, config, verbose=options.verbose, evaluations=evaluations),
+    return (run_rules(view, artifact, config, verbose=options.verbose, evaluations=evaluations, values_verified=True),
             to_pte(lowered, config.root, "fixed"))
 
 

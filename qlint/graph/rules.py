@@ -86,6 +86,7 @@ class Context:
     factory: FindingFactory
     failure: LoweringError | None = None
     verbose: bool = False
+    values_verified: bool = False   # QL007 need not run the program against the quantized one
     plans: dict[Region, Fold | Left] = field(default_factory=dict)
 
     @cached_property
@@ -272,7 +273,7 @@ def value_batches(view: GraphView) -> list[tuple[Any, ...]]:
 def lowered_program_invalid(context: Context) -> list[Finding]:
     if context.failure is not None or not context.view.lowered:
         return []  # the quantized program QL003 falls back on is not meant to run on the device
-    invalid = find_invalid(context.view, value_batches(context.view))
+    invalid = find_invalid(context.view, [] if context.values_verified else value_batches(context.view))
     if invalid is None:
         return []
     details: dict[str, Any] = {}
@@ -318,15 +319,18 @@ def run_rules(
     failure: LoweringError | None = None,
     verbose: bool = False,
     evaluations: Evaluations | None = None,
+    values_verified: bool = False,
 ) -> Linted:
     """Run the enabled rules on one program (the quantized one when lowering failed).
 
     `evaluations` carries exhaustive evaluations over from an earlier analysis of
     the same graph (the fixed program keeps the nodes it did not fold).
+    `values_verified`: the program's values were checked already (a fix's, verified
+    bit for bit against a program that passed the value check), so QL007 checks dtypes only.
     """
     region_codes = {r.code for r in enabled_rules(Scope.REGION, config)}
     analysis = analyse(view, config, region_codes, evaluations)
-    context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose)
+    context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose, values_verified)
     findings: list[Finding] = []
     if failure is not None:
         for lowering_rule in enabled_rules(Scope.LOWERING, config):

@@ -222,7 +222,7 @@ def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]] = ()) -> In
     failing = _first_failing(view) if open_question else None
     if failing is not None or view.quantized is None or not batches:
         return failing
-    diverged = first_divergence(view, view.quantized, batches)
+    diverged = first_divergence(view, batches)
     return _divergence_problem(diverged) if diverged is not None else None
 
 
@@ -250,7 +250,7 @@ class _Tracking(Interpreter):
 def _first_failing(view: GraphView) -> Invalid | None:
     from qlint.graph.readers import seeded_batches
 
-    module = view.program.module()
+    module = view.module
     templates = []
     for node in module.graph.nodes:
         if node.op != "placeholder":

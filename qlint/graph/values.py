@@ -166,7 +166,7 @@ class _Forced(Interpreter):
     gives it, so a difference is that node's own, not one it inherited (teacher forcing)."""
 
     def __init__(self, view: GraphView) -> None:
-        super().__init__(view.program.module())
+        super().__init__(view.module)
         self.reference: dict[str, Any] = {}
         self.pairs = {node.name: (name, qparams) for node, name, qparams in compared(view)}
         # What each compared quantize reads: where it is not finite (a division by zero) the quantized
@@ -205,14 +205,15 @@ class _Forced(Interpreter):
         return got
 
 
-def first_divergence(view: GraphView, quantized: Any, batches: Sequence[tuple[Any, ...]]) -> Divergence | None:
-    """The first compared node that, given the inputs the quantized program gives it, computes integers
-    more than DIVERGED_STEPS from the quantized program's on any batch; None when all agree, when
-    either program cannot run on the batches (QL007's other checks say why), or when they are too
-    large to run here."""
-    if not compared(view) or not batches or sum(recorded_bytes(n) for n in view.nodes) > RUN_BUDGET_BYTES:
+def first_divergence(view: GraphView, batches: Sequence[tuple[Any, ...]]) -> Divergence | None:
+    """The first compared node of a lowered program that, given the inputs the quantized program it was
+    lowered from (`view.quantized`) gives it, computes integers more than DIVERGED_STEPS from that
+    program's on any batch; None when all agree, when either program cannot run on the batches
+    (QL007's other checks say why), or when they are too large to run here."""
+    if view.quantized is None or not compared(view) or not batches \
+            or sum(recorded_bytes(n) for n in view.nodes) > RUN_BUDGET_BYTES:
         return None
-    reference_run, forced = _Recording(quantized.module()), _Forced(view)
+    reference_run, forced = _Recording(view.quantized_module), _Forced(view)
     for index, batch in enumerate(batches):
         try:
             forced.judge(batch, reference_run.values(batch))

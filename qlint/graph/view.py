@@ -269,6 +269,16 @@ class GraphView:
         for node in self.nodes:
             self._kinds[node] = self._classify(node)
 
+    @cached_property
+    def module(self) -> Any:
+        """The program as a module that runs (unlifted once: `ExportedProgram.module()` copies the graph)."""
+        return self.program.module()
+
+    @cached_property
+    def quantized_module(self) -> Any:
+        """The quantized program this one was lowered from, as a module that runs (unlifted once)."""
+        return self.quantized.module() if self.quantized is not None else None
+
     def as_quantized(self, node: Node) -> Node:
         """The node of the quantized program that `node` was lowered from (export records it in
         `from_node`), or `node` itself."""

@@ -66,7 +66,7 @@ def test_the_float_bounds_clamp_agrees_and_the_check_finds_nothing(
     clamp.args = (clamp.args[0], round(-1 / scale), round(1 / scale))
     lowered.graph_module.recompile()
     batches = verification_inputs(example)
-    assert first_divergence(GraphView(lowered, quantized=program), program, batches) is None
+    assert first_divergence(GraphView(lowered, quantized=program), batches) is None
     outputs = [lowered.module()(*b) for b in batches]
     expected = [program.module()(*b) for b in batches]
     assert all(torch.allclose(o, e, atol=DIVERGED_STEPS * scale) for o, e in zip(outputs, expected, strict=True))
@@ -111,7 +111,7 @@ def test_lowerings_that_carry_a_float_literal_onto_the_integers_diverge_at_that_
     program = quantize(Op(op), example, [example], INT16_PER_TENSOR_CONFIG if dtype == "int16" else None)
     checked = lint_program(program, "op", Config())
     assert checked.lowered is not None
-    found = first_divergence(GraphView(checked.lowered, quantized=program), program, [example])
+    found = first_divergence(GraphView(checked.lowered, quantized=program), [example])
     assert (found.node.name if found else None) == node
     invalid = [f for f in checked.findings if f.code == "QL007"]
     if node is None:
