@@ -45,16 +45,6 @@ def in_unit_tier(item: pytest.Item) -> bool:
     return item.path.is_relative_to(UNIT)
 
 
-# The order groups are handed to workers: the longest tiers first, so no long group starts last
-# and leaves the other worker idle (xdist's own reordering, by test count, is off in pyproject.toml).
-TIER_ORDER = ("slow", "integration", "full", "unit")
-
-
-def tier_rank(item: pytest.Item) -> int:
-    return next((rank for rank, tier in enumerate(TIER_ORDER) if item.path.is_relative_to(ROOT / "tests" / tier)),
-                len(TIER_ORDER))
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test joins the group of the model it reads (`@pytest.mark.model(NAME)`, a `name`
@@ -68,9 +58,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = (marked.args[0] if marked is not None else
                  name if isinstance(name, str) and name.startswith("make_") else fixture or named_model(item))
         item.add_marker(pytest.mark.xdist_group(group or item.path.name))
-        if tier_rank(item) < TIER_ORDER.index("full"):
+        if any(item.path.is_relative_to(ROOT / "tests" / tier) for tier in ("slow", "integration")):
             item.add_marker(pytest.mark.slow)  # the one rule: the tier decides, never a mark by hand
-    items.sort(key=tier_rank)  # stable: a file's tests keep their order
 
 
 @pytest.fixture(scope="session", autouse=True)

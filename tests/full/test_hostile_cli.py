@@ -125,10 +125,16 @@ def test_stdout_on_a_full_disk(tmp_path: Path, artifact: Path) -> None:
 # -- Ctrl-C --------------------------------------------------------------------------------
 
 
+def interruptible() -> None:
+    """In the child before exec: Ctrl-C as a terminal gives it, whatever the test run inherited (a shell
+    starts background jobs with SIGINT ignored, and an ignored SIGINT is inherited across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt(args: list[str], cwd: Path, ready: Callable[[int], bool]) -> tuple[int, str, str]:
     """Start qlint, send SIGINT once `ready(pid)`; its exit code, stdout and stderr."""
     child = subprocess.Popen([*QLINT, *args], cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+                             text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 300
     while not ready(child.pid):
         assert child.poll() is None, f"qlint ended before it could be interrupted: {child.communicate()}"
@@ -181,7 +187,7 @@ def test_ctrl_c_stops_the_children_of_a_parallel_run(tmp_path: Path) -> None:
         "targets:\n  - name: one\n    factory: models:hangs\n  - name: two\n    factory: models:hangs\n")
     env = {**ENV, "QLINT_TEST_MARKERS": str(markers)}
     child = subprocess.Popen([*QLINT, "check", "--targets-only", "--no-cache", "--jobs", "2"], cwd=tmp_path, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 300
     while len(list(markers.iterdir())) < 2:
         assert child.poll() is None and time.monotonic() < deadline, child.communicate()
@@ -226,8 +232,12 @@ def test_ctrl_c_during_a_write_lands_after_it(tmp_path: Path, monkeypatch: pytes
         fsync(fd)
 
     monkeypatch.setattr(writes.os, "fsync", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        writes.write_atomic(target, b"new")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as an interactive run has it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            writes.write_atomic(target, b"new")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert files(tmp_path) == ["out.sarif"] and target.read_bytes() == b"new"
 
 

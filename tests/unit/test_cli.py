@@ -107,3 +107,22 @@ def test_every_write_kind_the_parser_accepts_has_a_writer() -> None:
     from qlint.cli.main import WRITTEN_FORMATS
 
     assert sorted(WRITERS) == sorted(WRITTEN_FORMATS)
+
+
+def test_an_interrupted_main_leaves_the_callers_ctrl_c_as_it_was(monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`main` called in-process (a script, the tests) and interrupted says so in one line and returns
+    130; SIGINT is ignored only while it says so, so the caller, and every process it starts after,
+    can still be interrupted."""
+    import signal
+
+    from qlint.cli import main as cli
+
+    def interrupted(argv: list[str]) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_dispatch", interrupted)
+    before = signal.getsignal(signal.SIGINT)
+    assert cli.main(["check", "x.pt2"]) == 130
+    assert capsys.readouterr().err == "qlint: interrupted\n"
+    assert signal.getsignal(signal.SIGINT) is before
