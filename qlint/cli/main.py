@@ -243,14 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:
-        # A second Ctrl-C must not add a traceback to the line; the disposition is restored after it,
-        # so a caller in the same process (tests, a script calling main) keeps its Ctrl-C, and the
-        # processes it starts do not inherit an ignored SIGINT.
+        # A second Ctrl-C must not add a traceback to the line, nor to the exit after it. Called
+        # in-process (`main(argv)`: a script, the tests), the caller gets its Ctrl-C back, and the
+        # processes it starts later do not inherit an ignored SIGINT.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            say("qlint: interrupted")
-            _flush_quietly()
-        finally:
+        say("qlint: interrupted")
+        if argv is not None and previous is not None:
             signal.signal(signal.SIGINT, previous)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # a write to a closed pipe that no helper above caught: end quietly

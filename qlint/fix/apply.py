@@ -35,6 +35,7 @@ from qlint.rules.records import (
     LivePeak,
     MemoryTimeline,
 )
+from qlint.rules.table import Code
 from qlint.settings.config import Config
 from qlint.settings.options import RunOptions
 
@@ -244,6 +245,9 @@ def fixable_lint(program: Any, artifact: str, config: Config, options: RunOption
     if linted.failure is not None:
         raise FixError(f"cannot fix: {lowering_message(linted.failure)}")
     assert linted.lowered is not None
+    reported = next((f for f in linted.findings if f.code == Code.LOWERED_PROGRAM_INVALID and not f.fixable), None)
+    if reported is not None:  # the check's value check, on inputs this caller may not pass
+        raise FixError(f"cannot fix: {reported.message}")
     invalid = find_invalid(linted.analysis.view, inputs)
     if invalid is None:
         return linted, []

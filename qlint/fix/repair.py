@@ -17,7 +17,8 @@ import torch
 from torch.fx import Node
 
 from qlint.graph.validity import FloatRead
-from qlint.graph.view import folded_qparams, op_name, torch_dtype
+from qlint.graph.view import base_name, folded_qparams, op_name, torch_dtype
+from qlint.rules.ops import SHAPE_OPS
 from qlint.rules.records import AppliedFold
 from qlint.rules.table import Code
 
@@ -32,9 +33,10 @@ def _retype(kernel: Node) -> None:
         node = pending.pop()
         folded = folded_qparams(node)
         val = node.meta.get("val")
-        if folded is None or not isinstance(val, torch.Tensor) or not val.is_floating_point() \
-                or not op_name(node).startswith("cortex_m."):
+        if folded is None or not isinstance(val, torch.Tensor) or not val.is_floating_point():
             continue
+        if not op_name(node).startswith("cortex_m.") and base_name(op_name(node)) not in SHAPE_OPS:
+            continue  # data movement passes the integers on; anything else computes its own dtype
         node.meta["val"] = val.to(torch_dtype(folded))
         pending.extend(node.users)
 

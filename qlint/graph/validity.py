@@ -179,8 +179,8 @@ def float_reads_of(view: GraphView, node: Node) -> list[FloatRead]:
     if node.op != "call_function" or not op_name(node).startswith("cortex_m.") \
             or view.kind(node) in (Kind.QUANTIZE, Kind.DEQUANTIZE):  # a dequantize of floats: static_problem's
         return []
-    return [_float_read(view, node, arg) for arg in _tensor_inputs(node)
-            if output_dtype(arg) in FLOATS and not _integer_kernel(view, arg)]
+    reads = [_float_read(view, node, arg) for arg in _tensor_inputs(node) if output_dtype(arg) in FLOATS]
+    return [read for read in reads if not _integer_kernel(view, read.producer)]
 
 
 def _integer_kernel(view: GraphView, node: Node) -> bool:
@@ -232,7 +232,8 @@ def _divergence_problem(diverged: Divergence) -> Invalid:
         node, _dtype_names(_tensor_inputs(node)),
         f"it computes other values than the quantized program's {diverged.reference.name}: "
         f"{diverged.lowered:.6g} where that gives {diverged.expected:.6g} ({diverged.steps:.0f} quantization "
-        f"steps apart, on input {diverged.batch}, every input of it as the quantized program computes it)",
+        f"steps apart, on input {diverged.batch}, its inputs taken from the quantized program where both "
+        "programs hold them)",
         divergence=diverged,
     )
 

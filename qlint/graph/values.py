@@ -210,8 +210,10 @@ def first_divergence(view: GraphView, batches: Sequence[tuple[Any, ...]]) -> Div
     lowered from (`view.quantized`) gives it, computes integers more than DIVERGED_STEPS from that
     program's on any batch; None when all agree, when either program cannot run on the batches
     (QL007's other checks say why), or when they are too large to run here."""
-    if view.quantized is None or not compared(view) or not batches \
-            or sum(recorded_bytes(n) for n in view.nodes) > RUN_BUDGET_BYTES:
+    if view.quantized is None or not compared(view) or not batches:
+        return None
+    held = sum(recorded_bytes(n) for n in view.nodes) + sum(recorded_bytes(n) for n in view.quantized.graph.nodes)
+    if held > RUN_BUDGET_BYTES:  # both programs' values are kept for the whole run
         return None
     reference_run, forced = _Recording(view.quantized_module), _Forced(view)
     for index, batch in enumerate(batches):

@@ -86,7 +86,9 @@ def norm_nodes(graph: Any) -> list[Node]:
 
 
 def _is(node: Any, *targets: Any) -> bool:
-    return isinstance(node, Node) and node.op == "call_function" and node.target in targets
+    """A call of one of `targets` with no `alpha` other than 1 (`sub(x, u, alpha=2)` is not `x - u`)."""
+    return isinstance(node, Node) and node.op == "call_function" and node.target in targets \
+        and node.kwargs.get("alpha", 1) == 1
 
 
 def _only_used_in(node: Node, users: Collection[Node]) -> bool:
@@ -97,8 +99,10 @@ def _mean_of_last(node: Any) -> Node | None:
     """The input of `x.mean(-1, keepdim=True)`."""
     if not _is(node, _aten.mean.dim) or not isinstance(node.args[0], Node):
         return None
-    x, dims = node.args[0], node.args[1]
+    x, dims = node.args[0], node.args[1] if len(node.args) > 1 else None
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if not isinstance(dims, (list, tuple)):
+        return None  # a mean over every dimension
     value = x.meta.get("val")
     rank = value.dim() if isinstance(value, torch.Tensor) else 0
     return x if keepdim and list(dims) in ([-1], [rank - 1]) and rank > 0 else None
