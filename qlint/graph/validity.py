@@ -186,7 +186,7 @@ def float_reads_of(view: GraphView, node: Node) -> list[FloatRead]:
 def _integer_kernel(view: GraphView, node: Node) -> bool:
     """A Cortex-M kernel that computes integers, whatever dtype its recorded output has (a kernel
     that read floats records a float output, which is only the misread passed on)."""
-    return op_name(node).startswith("cortex_m.") and view.op_kind(node) not in (Kind.DEQUANTIZE,)
+    return op_name(node).startswith("cortex_m.") and view.op_kind(node) != Kind.DEQUANTIZE
 
 
 def _float_read(view: GraphView, kernel: Node, arg: Node) -> FloatRead:

@@ -33,6 +33,7 @@ from qlint.graph.view import (
     Kind,
     base_name,
     folded_qparams,
+    literal_qparams,
     op_name,
     output_value,
     packet,
@@ -114,25 +115,17 @@ def _quantize_of(node: Node) -> Node | None:
     return quantize
 
 
-def _literal(quantize: Node) -> QParams | None:
-    """A quantize's qparams, written as literals (the quantized program's per-tensor quantizes)."""
-    args = cast(tuple[Any, ...], quantize.args[1:6])
-    if len(args) < 5 or not all(isinstance(a, (int, float)) for a in args[:4]) or not isinstance(args[4], torch.dtype):
-        return None
-    return QParams(float(args[0]), int(args[1]), int(args[2]), int(args[3]), str(args[4]).removeprefix("torch."))
-
-
-def compared(view: GraphView) -> list[tuple[Node, str, QParams]]:
+def compared(view: GraphView, twins: dict[Node, str]) -> list[tuple[Node, str, QParams]]:
     """The lowered program's nodes whose integers are those of a quantize of the quantized program:
     (node, that quantize's name, its qparams), in graph order. A node is compared only when it reads
     its integers as that quantize writes them."""
     pairs = []
-    for node in _twins(view):
+    for node in twins:
         value = output_value(node)
         if not isinstance(value, torch.Tensor) or value.is_floating_point():
             continue
         quantize = _quantize_of(view.as_quantized(node))
-        written = _literal(quantize) if quantize is not None else None
+        written = literal_qparams(quantize) if quantize is not None else None
         read = _read_as(view, node)
         if quantize is None or written is None or read is None:
             continue
@@ -154,9 +147,9 @@ def _as_read(value: torch.Tensor, qparams: QParams, dtype: torch.dtype) -> torch
     return torch.clamp(torch.round(value / qparams.scale) + qparams.zero_point, qparams.qmin, qparams.qmax).to(dtype)
 
 
-def _float_twins(view: GraphView) -> dict[Node, str]:
+def _float_twins(twins: dict[Node, str]) -> dict[Node, str]:
     """Lowered float nodes and the quantized program's nodes they were lowered from (an fp32 island's ops)."""
-    return {node: name for node, name in _twins(view).items()
+    return {node: name for node, name in twins.items()
             if cast(torch.Tensor, output_value(node)).is_floating_point()}
 
 
@@ -165,16 +158,16 @@ class _Forced(Interpreter):
     computed, by the quantized program's value: each node then sees the inputs the quantized program
     gives it, so a difference is that node's own, not one it inherited (teacher forcing)."""
 
-    def __init__(self, view: GraphView) -> None:
+    def __init__(self, view: GraphView, twins: dict[Node, str], pairs: list[tuple[Node, str, QParams]]) -> None:
         super().__init__(view.module)
         self.reference: dict[str, Any] = {}
-        self.pairs = {node.name: (name, qparams) for node, name, qparams in compared(view)}
+        self.pairs = {node.name: (name, qparams) for node, name, qparams in pairs}
         # What each compared quantize reads: where it is not finite (a division by zero) the quantized
         # program saturates and a kernel may give any value; arithmetic that has none is not compared.
         quantizes = {n.name: n for n in view.quantized.graph.nodes} if view.quantized is not None else {}
         self.reads = {name: quantizes[name].args[0].name for name, _ in self.pairs.values()
                       if name in quantizes and isinstance(quantizes[name].args[0], Node)}
-        self.twins = {node.name: name for node, name in _float_twins(view).items()}
+        self.twins = {node.name: name for node, name in _float_twins(twins).items()}
         self.diverged: list[tuple[str, torch.Tensor, torch.Tensor, QParams, torch.Tensor]] = []
 
     def judge(self, batch: tuple[Any, ...], reference: dict[str, Any]) -> None:
@@ -210,12 +203,16 @@ def first_divergence(view: GraphView, batches: Sequence[tuple[Any, ...]]) -> Div
     lowered from (`view.quantized`) gives it, computes integers more than DIVERGED_STEPS from that
     program's on any batch; None when all agree, when either program cannot run on the batches
     (QL007's other checks say why), or when they are too large to run here."""
-    if view.quantized is None or not compared(view) or not batches:
+    if view.quantized is None or not batches:
         return None
     held = sum(recorded_bytes(n) for n in view.nodes) + sum(recorded_bytes(n) for n in view.quantized.graph.nodes)
     if held > RUN_BUDGET_BYTES:  # both programs' values are kept for the whole run
         return None
-    reference_run, forced = _Recording(view.quantized_module), _Forced(view)
+    twins = _twins(view)
+    pairs = compared(view, twins)
+    if not pairs:
+        return None
+    reference_run, forced = _Recording(view.quantized_module), _Forced(view, twins, pairs)
     for index, batch in enumerate(batches):
         try:
             forced.judge(batch, reference_run.values(batch))

@@ -151,6 +151,19 @@ def output_dtype(node: Node) -> torch.dtype | None:
     return getattr(val, "dtype", None)
 
 
+def literal_qparams(node: Node) -> QParams | None:
+    """The qparams a per-tensor quantize or dequantize call names with literal arguments (any program:
+    the caller knows the node is one), None when they are not literals or no kernel runs them."""
+    if "per_tensor" not in op_name(node) or len(node.args) < 6:
+        return None
+    scale, zp, qmin, qmax, dtype = cast(tuple[Any, ...], node.args[1:6])
+    if not isinstance(scale, (int, float)) or not isinstance(zp, int):
+        return None
+    if not isinstance(dtype, torch.dtype) or qparams_problem(scale, zp, qmin, qmax, str(dtype)[6:]):
+        return None  # no kernel runs them (a crafted .pte): no verdict is given on them
+    return QParams(float(scale), int(zp), int(qmin), int(qmax), str(dtype).removeprefix("torch."))
+
+
 def folded_qparams(node: Node) -> QParams | None:
     """The per-tensor qparams of the quantize the lowering folded into `node`'s output
     (`FoldAndAnnotateQParamsPass` records them as `output_qparams`), if recorded."""
@@ -377,16 +390,9 @@ class GraphView:
 
     def qparams(self, node: Node) -> QParams | None:
         """Per-tensor qparams of a quantize/dequantize node with literal arguments."""
-        if self.kind(node) not in (Kind.QUANTIZE, Kind.DEQUANTIZE) or "per_tensor" not in op_name(node):
+        if self.kind(node) not in (Kind.QUANTIZE, Kind.DEQUANTIZE):
             return None
-        if len(node.args) < 6:
-            return None
-        scale, zp, qmin, qmax, dtype = cast(tuple[Any, ...], node.args[1:6])
-        if not isinstance(scale, (int, float)) or not isinstance(zp, int):
-            return None
-        if not isinstance(dtype, torch.dtype) or qparams_problem(scale, zp, qmin, qmax, str(dtype)[6:]):
-            return None  # no kernel runs them (a crafted .pte): no verdict is given on them
-        return QParams(float(scale), int(zp), int(qmin), int(qmax), str(dtype).removeprefix("torch."))
+        return literal_qparams(node)
 
     def constant(self, arg: Any) -> Constant | None:
         """The constant behind an operand: a lifted tensor, a get_attr or a literal."""
