@@ -11,11 +11,13 @@ if TYPE_CHECKING:
     from qlint.graph.rules import Linted
 
 
-def lint_program(program: Any, artifact: str, config: Config, options: RunOptions | None = None) -> Linted:
+def lint_program(program: Any, artifact: str, config: Config, options: RunOptions | None = None, *,
+                 values_verified: bool = False) -> Linted:
     """Lower one quantized ExportedProgram and run the enabled rules on the result.
 
     When lowering raises, the failure becomes a QL003 finding and the rules run
     on the quantized program instead, so the islands are still reported.
+    `values_verified`: the caller runs QL007's value check itself (`--fix`, on its inputs).
     """
     from qlint.graph.lowering import LoweringError, run_passes, to_edge
     from qlint.graph.rules import run_rules
@@ -27,6 +29,7 @@ def lint_program(program: Any, artifact: str, config: Config, options: RunOption
         lowered = run_passes(edge.exported_program(), config.target_cpu, options.order)
     except LoweringError as exc:
         return run_rules(GraphView(program), artifact, config, failure=exc, verbose=options.verbose)
-    linted = run_rules(GraphView(lowered, quantized=program), artifact, config, verbose=options.verbose)
+    linted = run_rules(GraphView(lowered, quantized=program), artifact, config, verbose=options.verbose,
+                       values_verified=values_verified)
     linted.lowered = lowered
     return linted
