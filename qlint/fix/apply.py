@@ -239,7 +239,7 @@ def memory_plan(program: Any, root: Path, which: str = "unfixed") -> MemoryPlan:
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
-    class PlanOnly(MemoryPlanningPass):  # type: ignore[misc]
+    class PlanOnly(MemoryPlanningPass):
         def run(self, graph_module: Any, graph_signature: Any = None) -> Any:
             super().run(graph_module, graph_signature)
             raise _Planned(graph_module)
