@@ -203,12 +203,14 @@ def test_wheel_installs_with_the_action_into_a_fresh_venv(tmp_path: Path) -> Non
     assert "Deprecat" not in build.stdout + build.stderr  # e.g. setuptools on a TOML-table license
     [wheel] = (tmp_path / "dist").glob("qlint-*.whl")
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
+    # the stack comes from this environment: what is tested is the wheel, its catalog and the Action's
+    # steps (`pip install -e ".[test]"` resolves the pinned dependencies from the index)
+    venv.create(env_dir, with_pip=True, system_site_packages=True)
     bin_dir = env_dir / "bin"
     work = tmp_path / "elsewhere"
     (work / "models").mkdir(parents=True)
     shutil.copy(ROOT / "examples" / "attention.pt2", work / "models" / "attention.pt2")
-    # No PyTorch index here: torch comes from pip's own index (the Action's default is the CPU one).
+    # No PyTorch index here (the Action's default is the CPU one): torch is met by the environment's.
     install = next(s for s in load_action()["runs"]["steps"] if s["id"] == "install")
     result, _, _ = run_step(install, {"version": str(wheel), "torch-index-url": ""}, work, tmp_path,
                             path=f"{bin_dir}:{os.environ['PATH']}")

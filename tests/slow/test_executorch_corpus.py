@@ -264,3 +264,36 @@ def test_every_stock_pte_is_read_as_the_program_it_was_written_from(run: Run) ->
     lines = [f"{stem}: {error}" for stem, error in refused.items()]
     assert not refused, f"{len(refused)} of {len(written)} refused:\n" + "\n".join(lines)
     assert not mismatches, "\n".join(mismatches)
+
+
+# Published whole-model latencies of ExecuTorch's MLPerf Tiny test models' architectures with CMSIS-NN
+# kernels (docs/cost-model.md, "Whole models"): validation rows, never fitted to.
+PUBLISHED = [  # (model, cpu, MHz, ms)
+    ("deep_autoencoder", "cortex-m4", 120, 8.605), ("deep_autoencoder", "cortex-m33", 128, 6.266),
+    ("deep_autoencoder", "cortex-m4", 200, 4.887),
+    ("ds_cnn", "cortex-m4", 120, 99.810), ("ds_cnn", "cortex-m33", 128, 76.086), ("ds_cnn", "cortex-m4", 200, 46.185),
+    ("ds_cnn", "cortex-m33", 200, 50.571),
+    ("mobilenet_v1_025", "cortex-m4", 120, 301.205), ("mobilenet_v1_025", "cortex-m33", 128, 232.019),
+    ("mobilenet_v1_025", "cortex-m4", 200, 98.726), ("mobilenet_v1_025", "cortex-m33", 200, 162.364),
+    ("resnet8", "cortex-m4", 120, 389.560), ("resnet8", "cortex-m33", 128, 316.156),
+    ("resnet8", "cortex-m4", 200, 171.438), ("resnet8", "cortex-m33", 200, 246.184),
+]
+
+
+def test_estimates_of_the_mlperf_tiny_models_are_within_1_5x_of_published_m4_and_m33_latencies() -> None:
+    import torch
+
+    from qlint.graph.cost import core_for, estimate
+    from qlint.graph.lowering import run_passes, to_edge
+    from qlint.graph.view import GraphView
+
+    built = corpus_lib.corpus()
+    ratios, estimates = {}, {}
+    for model, cpu, mhz, ms in PUBLISHED:
+        if (model, cpu) not in estimates:
+            program = torch.export.load(str(built.folder / f"test_{model}__{model}.pt2"))
+            lowered = run_passes(to_edge(program).exported_program(), cpu)
+            estimates[(model, cpu)] = estimate(GraphView(lowered, quantized=program), core_for(cpu)).cycles
+        ratios[(model, cpu, mhz)] = estimates[(model, cpu)] / (mhz * 1e3) / ms
+    outside = {key: round(r, 2) for key, r in ratios.items() if not 1 / 1.5 <= r <= 1.5}
+    assert not outside, outside

@@ -1,0 +1,204 @@
+"""Estimated cycles of each op of a lowered program on one Cortex-M core.
+
+Users act on time on their board, not on op counts: a 16-element fp32 div is noise on a
+Cortex-M55 with an FPU, a 200k-element LayerNorm in soft float is most of an inference. The work
+of each op is read from the program (MACs of a convolution or matrix product from its operand
+shapes, elements of everything else) and priced with `qlint.settings.cycles` for the CMSIS-NN
+backend ExecuTorch picks for the CPU (`CortexMTargetConfig`) and for the core's FPU, or soft float
+without one. Ops that run no code on the device (views ExecuTorch turns into aliases, planning)
+cost nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import Node
+
+from qlint.graph.view import GraphView, Kind, base_name, op_name, output_value
+from qlint.settings.cycles import Core, CostTable, cost_table, default_fpu
+
+# ExecuTorch replaces these with aliases of their input at to_executorch (no copy, no kernel call).
+ALIASES = frozenset({"view_copy", "_unsafe_view", "view", "squeeze_copy", "unsqueeze_copy", "alias_copy",
+                     "detach_copy", "getitem", "alloc", "_assert_tensor_metadata", "_assert_scalar"})
+# Data movement: a copy an element.
+COPIES = frozenset({"transpose", "permute_copy", "permute", "clone", "_clone_dim_order", "_to_dim_order_copy",
+                    "cat", "slice_copy", "expand_copy", "pad", "constant_pad_nd", "select_copy",
+                    "split_with_sizes_copy", "split_copy", "repeat", "index_select", "_to_copy", "contiguous"})
+MATMULS = frozenset({"quantized_linear", "quantized_batch_matmul"})
+FP32_MATMULS = frozenset({"linear", "mm", "bmm", "addmm", "matmul", "convolution", "conv2d", "conv1d"})
+# The arithmetic an fp32 op does an element (ExecuTorch's portable kernels), by its base name.
+FP32_ARITHMETIC: Mapping[str, Mapping[str, float]] = {
+    "div": {"div": 1}, "reciprocal": {"div": 1},
+    "sqrt": {"sqrt": 1}, "rsqrt": {"sqrt": 1, "div": 1},
+    "exp": {"exp": 1}, "log": {"exp": 1}, "pow": {"exp": 1, "mul": 1},
+    "sigmoid": {"exp": 1, "add": 1, "div": 1}, "tanh": {"exp": 1, "add": 2, "div": 1},
+    "_softmax": {"exp": 1, "add": 1, "mul": 1}, "softmax": {"exp": 1, "add": 1, "mul": 1},
+    "_log_softmax": {"exp": 1, "add": 1},
+    "gelu": {"exp": 1, "mul": 3, "add": 2}, "erf": {"exp": 1, "mul": 2, "add": 2},
+    "silu": {"exp": 1, "add": 1, "div": 1, "mul": 1},
+    "native_layer_norm": {"add": 4, "mul": 3}, "layer_norm": {"add": 4, "mul": 3},
+    "mul": {"mul": 1}, "mean": {"add": 1}, "sum": {"add": 1},
+}
+ONE_ADD: Mapping[str, float] = {"add": 1}   # add, sub, neg, relu, clamp, where, max, min, ...
+# Quantize and dequantize convert between int8 and float: a float multiply and add an element, and
+# the conversion (priced as an add), which is soft float on a core without an FPU.
+CONVERSIONS = frozenset({"quantize_per_tensor", "dequantize_per_tensor"})
+CONVERSION_ARITHMETIC: Mapping[str, float] = {"mul": 1, "add": 2}
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One op's estimate: its work (MACs for matrix products and convolutions, else elements)."""
+
+    node: str
+    op: str
+    work: int
+    unit: str          # "MAC" or "element"
+    cycles: float
+    fp32: bool
+
+
+@dataclass
+class ProgramCost:
+    core: Core
+    ops: list[OpCost] = field(default_factory=list)
+
+    @property
+    def cycles(self) -> int:
+        return round(sum(o.cycles for o in self.ops))
+
+    @property
+    def fp32_cycles(self) -> int:
+        return round(sum(o.cycles for o in self.ops if o.fp32))
+
+    def of(self, nodes: Iterable[str]) -> int:
+        """Cycles of the ops named `nodes` (an island's, a finding's)."""
+        names = set(nodes)
+        return round(sum(o.cycles for o in self.ops if o.node in names))
+
+    def latency_ms(self, cycles: int | None = None) -> float | None:
+        clock = self.core.clock_hz
+        return None if not clock else (self.cycles if cycles is None else cycles) / clock * 1e3
+
+
+def core_for(cpu: str, fpu: bool | None = None, clock_hz: int | None = None) -> Core:
+    """The core of `cpu`: the CMSIS-NN backend the pinned ExecuTorch builds for it, its FPU (the
+    architecture's default unless a board says), its clock when a board gives one."""
+    from qlint.graph.lowering import target_config
+
+    backend = target_config(cpu).backend.name.lower()
+    return Core(cpu, backend, default_fpu(cpu) if fpu is None else fpu, clock_hz)
+
+
+def _tensor(value: object) -> torch.Tensor | None:
+    if isinstance(value, (tuple, list)):
+        value = value[0] if value else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _numel(value: object) -> int:
+    tensor = _tensor(value)
+    try:
+        return int(tensor.numel()) if tensor is not None else 0
+    except Exception:  # symbolic shapes
+        return 0
+
+
+def _arg(node: Node, index: int) -> torch.Tensor | None:
+    arg = node.args[index] if len(node.args) > index else None
+    return _tensor(output_value(arg)) if isinstance(arg, Node) else None
+
+
+def _macs(node: Node, name: str) -> int:
+    """Multiply-accumulates: each output element sums over the reduced dimension (a matrix product's
+    inner one, a convolution's kernel window times its input channels per group)."""
+    out = _numel(output_value(node))
+    if name in ("quantized_conv2d", "quantized_depthwise_conv2d", "convolution", "conv2d", "conv1d"):
+        weight, result = _arg(node, 1), _tensor(output_value(node))
+        if weight is None or result is None or result.dim() < 2 or not result.shape[1]:
+            return 0
+        return out * int(weight.numel()) // int(result.shape[1])
+    if name in ("quantized_linear", "linear", "addmm"):
+        weight = _arg(node, 1) if name != "addmm" else _arg(node, 2)
+        inner = int(weight.shape[-1]) if name != "addmm" and weight is not None else (
+            int(weight.shape[0]) if weight is not None else 0)
+        return out * inner
+    first = _arg(node, 0)
+    return out * int(first.shape[-1]) if first is not None and first.dim() else 0
+
+
+def _is_pointwise(node: Node) -> bool:
+    weight, source = _arg(node, 1), _arg(node, 0)
+    return (weight is not None and source is not None and source.dim() == 4
+            and int(weight.numel()) == int(source.shape[1]) * int(_tensor(output_value(node)).shape[1]))  # type: ignore[union-attr]
+
+
+def _int8_cost(table: CostTable, core: Core, node: Node, name: str) -> tuple[int, str, float]:
+    elements = _numel(output_value(node))
+    if name in ("quantized_conv2d", "quantized_depthwise_conv2d") or name in MATMULS:
+        kind = ("depthwise" if name == "quantized_depthwise_conv2d" else "linear" if name in MATMULS
+                else "pointwise" if _is_pointwise(node) else "conv")
+        macs = _macs(node, name)
+        return macs, "MAC", table.kernel(core, kind).cycles(macs, elements)
+    if name in CONVERSIONS and not core.fpu:  # the kernel scales in float: soft float without an FPU
+        return elements, "element", elements * table.fp32_element(core, CONVERSION_ARITHMETIC)
+    if "pool" in name:  # a pool reads every element of its window
+        reads = _numel(output_value(node.args[0])) if node.args and isinstance(node.args[0], Node) else elements
+        return reads, "element", table.kernel(core, "pool").cycles(0, reads)
+    kind = "quantize" if name in CONVERSIONS else "copy" if name in COPIES else "elementwise"
+    return elements, "element", table.kernel(core, kind).cycles(0, elements)
+
+
+def _fp32_cost(table: CostTable, core: Core, node: Node, name: str) -> tuple[int, str, float]:
+    if name in FP32_MATMULS:
+        macs = _macs(node, name)
+        per_mac = table.arithmetic(core, "mul") + table.arithmetic(core, "add")
+        return macs, "MAC", macs * per_mac + _numel(output_value(node)) * table.fp32_loop
+    inputs = [_numel(output_value(a)) for a in node.all_input_nodes]
+    elements = max([_numel(output_value(node)), *inputs])  # a reduction reads more than it writes
+    return elements, "element", elements * table.fp32_element(core, FP32_ARITHMETIC.get(name, ONE_ADD))
+
+
+def op_cost(view: GraphView, node: Node, core: Core, table: CostTable | None = None) -> OpCost | None:
+    """The estimate of one call, None for what runs no code on the device."""
+    table = table or cost_table()
+    if node.op != "call_function":
+        return None
+    full = op_name(node)
+    name = base_name(full)
+    if name in ALIASES:
+        return None
+    kind = view.kind(node)
+    if kind == Kind.CONSTANT or view.is_constant(node) and kind != Kind.DEQUANTIZE:
+        return None  # computed ahead of time or folded into a kernel's constants
+    # time spent on float values: float ops, float copies, and converting to and from them
+    fp32 = kind in (Kind.FP_COMPUTE, Kind.QUANTIZE, Kind.DEQUANTIZE) or (kind == Kind.SHAPE and _is_float_tensor(node))
+    if fp32 and name not in COPIES and name not in CONVERSIONS:
+        work, unit, cycles = _fp32_cost(table, core, node, name)
+    elif kind == Kind.SHAPE or name in COPIES:
+        elements = _numel(output_value(node))
+        size = _tensor(output_value(node))
+        width = size.element_size() if size is not None else 1
+        work, unit, cycles = elements, "element", elements * width * table.kernel(core, "copy").per_element
+    else:
+        work, unit, cycles = _int8_cost(table, core, node, name)
+    return OpCost(node.name, full, work, unit, cycles + table.dispatch, fp32)
+
+
+def _is_float_tensor(node: Node) -> bool:
+    tensor = _tensor(output_value(node))
+    return tensor is not None and tensor.is_floating_point()
+
+
+def estimate(view: GraphView, core: Core) -> ProgramCost:
+    """Every op's estimate on `core`, in graph order."""
+    table = cost_table()
+    cost = ProgramCost(core)
+    for node in view.nodes:
+        estimated = op_cost(view, node, core, table)
+        if estimated is not None:
+            cost.ops.append(estimated)
+    return cost
