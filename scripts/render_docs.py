@@ -44,10 +44,10 @@ def render_readme(readme: str) -> str:
 
 def render_budgets(page: str) -> str:
     """`page` (docs/budgets.md) with the table between its boards markers rendered from the board table."""
-    rows = "\n".join(f"| `{name}` | {cpu} | {sram} | {flash} | {source} |"
-                     for name, cpu, sram, flash, source in board_rows(builtin_boards().values()))
-    return BOARD_TABLE.sub(lambda m: f"{m[1]}| board | CPU | SRAM | flash | source |\n|---|---|---|---|---|\n{rows}\n{m[2]}",
-                           page)
+    rows = "\n".join(f"| `{name}` | {cpu} | {sram} | {flash} | {clock} | {fpu} | {source} |"
+                     for name, cpu, sram, flash, clock, fpu, source in board_rows(builtin_boards().values()))
+    header = "| board | CPU | SRAM | flash | clock | FPU | source |\n|---|---|---|---|---|---|---|"
+    return BOARD_TABLE.sub(lambda m: f"{m[1]}{header}\n{rows}\n{m[2]}", page)
 
 
 if __name__ == "__main__":

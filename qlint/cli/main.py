@@ -118,6 +118,7 @@ def _output_options(check: argparse.ArgumentParser) -> None:
         "patch:PATH writes the kept channels-last remedy as a diff of each target's factory; "
         "model-explorer:DIR node data for each .pt2 to open in Model Explorer; "
         "memory-plot:PATH (.svg/.png) the live memory plan of each --fix, before and after the folds; "
+        "time-plot:PATH (.svg/.png) each program's costliest ops in the estimate, int8 and fp32; "
         "metrics:PATH each artifact's figures (SRAM, flash, fp32 work, coverage) as JSON, for --compare",
     )
 
@@ -127,6 +128,9 @@ def _lowering_options(check: argparse.ArgumentParser) -> None:
     from qlint.settings.config import CPUS
 
     check.add_argument("--target-cpu", choices=CPUS, help="Cortex-M CPU to lower for (overrides the config)")
+    check.add_argument("--board", metavar="NAME",
+                       help="the board to estimate for: its CPU, clock and FPU (`qlint boards` lists them; "
+                            "overrides the config's `board:`)")
     check.add_argument(
         "--lowering",
         choices=tuple(LoweringOrder),

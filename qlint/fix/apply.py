@@ -356,6 +356,8 @@ def _summary(program: Any, artifact: str, linted: Linted, options: RunOptions, d
         dry_run=dry_run,
         fp32_ops=(ops, ops),
         fp32_elements=(linted.stats.fp32_elements, linted.stats.fp32_elements),
+        cycles=(linted.stats.cycles, linted.stats.cycles),
+        fp32_cycles=(linted.stats.fp32_cycles, linted.stats.fp32_cycles),
     )
 
 
@@ -403,6 +405,8 @@ def fix_program(
     after_fix, after = checked_after(program, lowered, artifact, config, options, evaluations)
     summary.fp32_ops = (summary.fp32_ops[0], float_op_count(after_fix.analysis.view))
     summary.fp32_elements = (summary.fp32_elements[0], after_fix.stats.fp32_elements)
+    summary.cycles = (summary.cycles[0], after_fix.stats.cycles)
+    summary.fp32_cycles = (summary.fp32_cycles[0], after_fix.stats.fp32_cycles)
     summary.activation_bytes = (before.arena_bytes, after.arena_bytes)
     if before.peak and after.peak:
         summary.live_peak_bytes = (before.peak.bytes, after.peak.bytes)

@@ -19,12 +19,17 @@ from qlint.settings.config import Config
 CODE = Code.OVER_BUDGET
 # What each budgeted figure is called, and the Figures field that holds it.
 FIGURE = {"sram": "sram_bytes", "flash": "flash_bytes", "fp32_elements": "fp32_elements",
-          "fp32_islands": "fp32_islands", "coverage": "coverage"}
+          "fp32_islands": "fp32_islands", "coverage": "coverage", "cycles": "cycles", "fp32_cycles": "fp32_cycles",
+          "latency": "latency_ms"}
 LABEL = {"sram": "SRAM", "flash": "flash", "fp32_elements": "fp32 elements per inference",
-         "fp32_islands": "fp32 islands", "coverage": "int8 coverage"}
+         "fp32_islands": "fp32 islands", "coverage": "int8 coverage", "cycles": "estimated cycles",
+         "fp32_cycles": "estimated fp32 cycles", "latency": "estimated latency"}
+TIMED = ("cycles", "latency")   # named by the costliest ops; fp32_cycles by its islands
 
 
 def _contributors(key: str, figures: Figures) -> tuple[Contributor, ...]:
+    if key in TIMED:
+        return figures.time[:5]
     return {"sram": figures.sram, "flash": figures.flash}.get(key, figures.fp32)
 
 
@@ -32,7 +37,8 @@ def _contributor_text(key: str, figures: Figures) -> str:
     items = _contributors(key, figures)
     if not items:
         return ""
-    heading = {"sram": "live at the peak", "flash": "largest constants"}.get(key, "largest fp32 islands")
+    heading = {"sram": "live at the peak", "flash": "largest constants"}.get(
+        key, "costliest ops (cycles)" if key in TIMED else "largest fp32 islands")
     if key == "sram" and figures.method_allocator_bytes is not None:
         heading = (f"arena {figures.arena_bytes:,} B + method allocator {figures.method_allocator_bytes:,} B; "
                    "the method allocator and the tensors live at the peak")
@@ -56,7 +62,9 @@ def over_limits(figures: Figures, resolved: Resolved, config: Config) -> list[Fi
         value = getattr(figures, FIGURE[key])
         if value is None:
             budget = f"{LABEL[key]} budget {show(key, limit.value)} ({limit.origin})"
-            message = f"{budget} cannot be checked: {figures.measured}"
+            unclocked = key == "latency" and figures.cycles is not None
+            why = "no board with a clock is set (`board:` or --board)" if unclocked else figures.measured
+            message = f"{budget} cannot be checked: {why}"
             found.append(_finding(config, figures, key, message,
                                   {"limit": limit.value, "measured": None, "origin": limit.origin}))
             continue

@@ -18,6 +18,7 @@ import torch
 from torch.fx import Node
 
 from qlint.graph.view import GraphView, Kind, base_name, op_name, output_value
+from qlint.settings.config import Config
 from qlint.settings.cycles import Core, CostTable, cost_table, default_fpu
 
 # ExecuTorch replaces these with aliases of their input at to_executorch (no copy, no kernel call).
@@ -82,6 +83,12 @@ class ProgramCost:
     def latency_ms(self, cycles: int | None = None) -> float | None:
         clock = self.core.clock_hz
         return None if not clock else (self.cycles if cycles is None else cycles) / clock * 1e3
+
+
+def core_of(config: Config) -> Core:
+    """The core a run estimates for: the config's CPU, with the selected board's FPU and clock."""
+    board = config.selected_board()
+    return core_for(config.target_cpu, board.fpu if board else None, board.clock_hz if board else None)
 
 
 def core_for(cpu: str, fpu: bool | None = None, clock_hz: int | None = None) -> Core:

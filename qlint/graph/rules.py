@@ -14,11 +14,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any, TypeAlias
 
 from torch.fx import Node
 
 from qlint.graph.causes import cause_of
+from qlint.graph.cost import ProgramCost, core_of, estimate
 from qlint.graph.folds import Fold, Left, plan_region
 from qlint.graph.islands import (
     Coverage,
@@ -33,12 +35,12 @@ from qlint.graph.lowering import LoweringError
 from qlint.graph.readers import sample_inputs
 from qlint.graph.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.graph.validity import Invalid, find_invalid, restorable
-from qlint.graph.view import GraphView, is_float, numel, op_name
+from qlint.graph.view import GraphView, base_name, is_float, numel, op_name
 from qlint.io.reads import first_line
 from qlint.rules import builders
 from qlint.rules.builders import Term
 from qlint.rules.catalog import enabled_rules
-from qlint.rules.records import ArtifactStats, Finding, Location, shapes_elided
+from qlint.rules.records import ArtifactStats, Contributor, Finding, Location, shapes_elided
 from qlint.rules.source import locate, module_path
 from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config
@@ -87,6 +89,7 @@ class Context:
     failure: LoweringError | None = None
     verbose: bool = False
     values_verified: bool = False   # QL007 need not run the program against the quantized one
+    cost: ProgramCost | None = None  # the estimate of the lowered program on the run's core
     plans: dict[Region, Fold | Left] = field(default_factory=dict)
 
     @cached_property
@@ -102,6 +105,18 @@ class Context:
     def fixable(self, region: Region) -> bool:
         """A finding is fixable exactly when `--fix` has a proven fold for it."""
         return isinstance(self.plan(region), Fold)
+
+    def priced(self, finding: Finding, region: Region) -> Finding:
+        """`finding` with its island's estimated cycles (its float ops, the conversions into and out of
+        it) and their share of the program's, in its details: what the report ranks and shows."""
+        if self.cost is not None and self.cost.cycles:
+            cycles = self.cost.of(n.name for n in fp32_by_node(self.view, region.island))
+            finding.details["cycles"] = cycles
+            finding.details["time_share"] = round(cycles / self.cost.cycles, 4)
+            latency = self.cost.latency_ms(cycles)
+            if latency is not None:
+                finding.details["latency_ms"] = round(latency, 6)
+        return finding
 
 
 @dataclass
@@ -206,18 +221,27 @@ def requantize(context: Context, region: Region) -> Finding:
 
 
 def low_coverage(context: Context) -> list[Finding]:
-    config, cov = context.factory.config, context.coverage
-    if cov.ratio >= config.coverage_threshold:
+    """Coverage by op count, or by the estimate's time (`coverage_by: time`): the share of the
+    program's cycles that is not spent on float values."""
+    config, cov, cost = context.factory.config, context.coverage, context.cost
+    by_time = 1 - cost.fp32_cycles / cost.cycles if cost is not None and cost.cycles else None
+    timed = config.coverage_by == "time" and by_time is not None
+    if (by_time if timed and by_time is not None else cov.ratio) >= config.coverage_threshold:
         return []
     listed = ", ".join(f"{name} x{count}" for name, count in cov.fp32_op_counts.most_common())
     by_cause = fp32_causes(context)
     main = f"; main cause ({by_cause[0][1]} ops): {by_cause[0][0]}" if by_cause else ""
+    ops = f"{cov.total - cov.int_ops} of {cov.total} compute ops run in fp32 ({listed})"
+    time = f"{_percent_down(by_time)} of the estimated time is int8" if by_time is not None else ""
+    threshold = f"{config.coverage_threshold * 100:g}%"
+    message = (f"int8 share of the estimated time {_percent_down(by_time or 0.0)} < {threshold}: {ops}{main}" if timed
+               else f"int8 coverage {_percent_down(cov.ratio)} < {threshold}: {ops}{'; ' + time if time else ''}{main}")
     return [
         context.factory.finding(
             Code.INT8_COVERAGE,
-            f"int8 coverage {_percent_down(cov.ratio)} < {config.coverage_threshold * 100:g}%: "
-            f"{cov.total - cov.int_ops} of {cov.total} compute ops run in fp32 ({listed}){main}",
+            message,
             coverage=cov.ratio,
+            time_coverage=round(by_time, 4) if by_time is not None else None,
             fp32_ops=dict(cov.fp32_op_counts),
             int_ops=cov.int_ops,
             causes=[{"cause": cause, "ops": count} for cause, count in by_cause],
@@ -306,6 +330,16 @@ def graph_nodes(view: GraphView, counts: dict[Node, int]) -> dict[str, int]:
     return named
 
 
+def costliest(view: GraphView, cost: ProgramCost, root: Path, shown: int = 20) -> tuple[Contributor, ...]:
+    """The ops that take the most of the estimate, costliest first, at their model source lines: what a
+    latency or cycles budget names (its first five) and the time plot draws."""
+    nodes = {n.name: n for n in view.nodes}
+    ops = sorted(cost.ops, key=lambda o: (-o.cycles, o.node))[:shown]
+    return tuple(Contributor(o.node, round(o.cycles),
+                             f"{base_name(o.op)}, {o.work:,} {o.unit}s{', fp32' if o.fp32 else ''}",
+                             locate(nodes[o.node].meta.get("stack_trace"), root)) for o in ops)
+
+
 def _percent_down(ratio: float) -> str:
     """Rounded down, so a ratio just under the threshold never prints as equal to it."""
     return f"{math.floor(ratio * 1000) / 10:.1f}%"
@@ -330,13 +364,14 @@ def run_rules(
     """
     region_codes = {r.code for r in enabled_rules(Scope.REGION, config)}
     analysis = analyse(view, config, region_codes, evaluations)
-    context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose, values_verified)
+    cost = estimate(view, core_of(config)) if view.lowered and failure is None else None
+    context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose, values_verified, cost)
     findings: list[Finding] = []
     if failure is not None:
         for lowering_rule in enabled_rules(Scope.LOWERING, config):
             findings.extend(LOWERING_RULES[lowering_rule.code](context))
     for region in analysis.regions:
-        findings.append(REGION_RULES[region.code](context, region))
+        findings.append(context.priced(REGION_RULES[region.code](context, region), region))
     for program_rule in enabled_rules(Scope.PROGRAM, config):
         findings.extend(PROGRAM_RULES[program_rule.code](context))
     cov = context.coverage
@@ -349,6 +384,11 @@ def run_rules(
         coverage=cov.ratio,
         lowered=view.lowered,
         graph=view.graph_id,
+        cycles=cost.cycles if cost else None,
+        fp32_cycles=cost.fp32_cycles if cost else None,
+        latency_ms=cost.latency_ms() if cost else None,
+        core=cost.core.describe() if cost else "",
+        costliest=costliest(view, cost, config.root) if cost else (),
     )
     return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure)
 

@@ -146,6 +146,7 @@ def measure(program: Any, config: Config, artifact: str, verify: Sequence[tuple[
         table_folds=sum(1 for fold in summary.folds if fold.kind == FoldKind.TABLE),
         sqnr_db=sqnr_db(reference, [t.reshape(-1) for batch in outputs for t in batch]),
         kernels=dict(sorted(kernels.items())),
+        cycles=fixed.stats.cycles,
     )
 
 

@@ -9,6 +9,7 @@ runs there and its source line. The series are the report's own
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,15 +91,17 @@ def _draw(ax: Any, panel: Panel) -> None:
     ax.legend(loc="upper right", fontsize=8)
 
 
-def write_plot(report: Report, path: Path) -> None:
-    """Draw the figure into `path` (SVG or PNG by its suffix), atomically."""
+def write_plot(report: Report, path: Path, draw: Callable[[Report], Any] | None = None, what: str = "memory plot"
+               ) -> None:
+    """Draw `draw(report)` (this module's `figure`, or the time plot's) into `path`, SVG or PNG by its
+    suffix, atomically; no date in an SVG, so the same report draws the same bytes."""
     import io
 
     from qlint.io.writes import write_atomic
 
     if path.suffix.lower() not in SUFFIXES:
-        raise PlotError(f"{path}: a memory plot is written as .svg or .png")
+        raise PlotError(f"{path}: a {what} is written as .svg or .png")
     buffer = io.BytesIO()
     kind = path.suffix.lower().lstrip(".")
-    figure(report).savefig(buffer, format=kind, metadata={"Date": None} if kind == "svg" else None)
+    (draw or figure)(report).savefig(buffer, format=kind, metadata={"Date": None} if kind == "svg" else None)
     write_atomic(path, buffer.getvalue())

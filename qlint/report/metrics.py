@@ -56,13 +56,18 @@ def read_metrics(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _metric_problem(key: str, value: Any) -> str | None:
-    """What a figure of a metrics file should be, when it is not: bytes and counts are whole numbers
-    up to `MAX_AMOUNT` (compared exactly as floats), coverage a share from 0 to 1."""
+    """What a figure of a metrics file should be, when it is not: bytes, counts and cycles are whole
+    numbers up to `MAX_AMOUNT` (compared exactly as floats), coverage a share from 0 to 1, latency
+    milliseconds from 0 to `MAX_AMOUNT` (NaN and infinities fail the comparison)."""
     if value is None:
         return None
     if key == "coverage":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
             return "a share from 0 to 1"
+        return None
+    if key == "latency_ms":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_AMOUNT:
+            return "milliseconds from 0 to 2**53"
         return None
     if type(value) is not int or not 0 <= value <= MAX_AMOUNT:
         return "a whole number from 0 to 2**53"
@@ -78,7 +83,7 @@ def deltas(report: Report, base: dict[str, dict[str, Any]]) -> list[Delta]:
 
 _SHOWN = {"fp32_islands": "fp32_islands", "fp32_elements": "fp32_elements", "coverage": "coverage",
           "arena_bytes": "sram", "live_peak_bytes": "sram", "method_allocator_bytes": "sram", "sram_bytes": "sram",
-          "flash_bytes": "flash"}
+          "flash_bytes": "flash", "cycles": "cycles", "fp32_cycles": "fp32_cycles", "latency_ms": "latency"}
 
 
 def _exact(key: str, value: float) -> str:

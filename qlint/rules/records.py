@@ -75,6 +75,11 @@ class ArtifactStats:
     lowered: bool = True
     graph: str = "graph"   # the id Model Explorer's adapter gives the program's graph
     static: bool = False   # read by `--static`: no lowering, so no kernels or coverage
+    cycles: int | None = None         # estimated for the run's core (`qlint.graph.cost`); None: not lowered
+    fp32_cycles: int | None = None    # of which on float values
+    latency_ms: float | None = None   # at the board's clock, when a board is set
+    core: str = ""                    # what the estimate is for (`Core.describe`)
+    costliest: tuple[Contributor, ...] = ()  # the ops that take the most of the estimate, costliest first
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -196,9 +201,13 @@ class Figures:
     flash: tuple[Contributor, ...] = ()  # the largest constants
     fp32: tuple[Contributor, ...] = ()  # the largest fp32 islands (elements per inference)
     sram_budget: int | None = None      # the resolved SRAM budget, which the memory plot draws
+    cycles: int | None = None           # the estimate on the run's core (`qlint.graph.cost`)
+    fp32_cycles: int | None = None
+    latency_ms: float | None = None     # at the board's clock
+    time: tuple[Contributor, ...] = ()  # the costliest ops (cycles)
 
     METRICS = ("fp32_islands", "fp32_elements", "coverage", "arena_bytes", "live_peak_bytes",
-               "method_allocator_bytes", "sram_bytes", "flash_bytes")
+               "method_allocator_bytes", "sram_bytes", "flash_bytes", "cycles", "fp32_cycles", "latency_ms")
 
     @classmethod
     def of(cls, artifact: str, measured: str, checked: list[Finding], stats: ArtifactStats,
@@ -206,7 +215,8 @@ class Figures:
         """The figures that need no memory plan: the check's findings by code (`checked`), and the
         fp32 work of the measured program (its `stats` and `findings`)."""
         return cls(artifact, measured, dict(Counter(f.code for f in checked)), stats.fp32_islands,
-                   stats.fp32_elements, stats.coverage, fp32=Contributor.islands(findings))
+                   stats.fp32_elements, stats.coverage, fp32=Contributor.islands(findings), cycles=stats.cycles,
+                   fp32_cycles=stats.fp32_cycles, latency_ms=stats.latency_ms, time=stats.costliest)
 
     def with_memory(self, arena: int, live_peak: int | None, flash: int, method_bytes: int,
                     at_peak: tuple[Contributor, ...], constants: tuple[Contributor, ...]) -> None:
@@ -255,6 +265,8 @@ class FixSummary:
     live_peak: LivePeak | None = None               # after the fix
     live_peak_before: LivePeak | None = None
     memory: tuple[MemoryTimeline | None, MemoryTimeline | None] = (None, None)  # before, after
+    cycles: tuple[int | None, int | None] = (None, None)       # estimated, before and after
+    fp32_cycles: tuple[int | None, int | None] = (None, None)
     pte_bytes: int = 0
     lowering_repair: bool = False
     verified_inputs: int = 0
@@ -277,6 +289,7 @@ class Measurement:
     table_folds: int             # islands folded into a 256-entry table (an identity needs none)
     sqnr_db: float               # int8 program against the float model (inf: equal outputs)
     kernels: dict[str, int]      # Cortex-M kernels in the lowered program, by name
+    cycles: int | None = None    # estimated on the run's core (shown; not a gain a remedy is kept for)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from qlint.rules.table import Code
 from qlint.settings.config import Config, Target
 from qlint.settings.options import RunOptions
 
-SCHEMA = 3
+SCHEMA = 4
 KEY_FILE = "signing-key"
 KEY_BYTES = 32
 MAGIC = b"qlint-cache "  # then the entry's signature in hex, a newline and its JSON
@@ -70,7 +70,7 @@ def default_dir() -> Path:
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """A hash of qlint's own modules and rule catalog.
+    """A hash of qlint's own modules, rule catalog and data tables (boards, the cost model).
 
     Installs from different git revisions (a pre-commit `rev:` bump, an
     editable checkout) share a version number; their results must not.
@@ -79,6 +79,7 @@ def code_fingerprint() -> str:
     rules = Path(str(resources.files("qlint._rules")))
     files = {f.relative_to(package).as_posix(): f for f in package.rglob("*.py") if "__pycache__" not in f.parts}
     files.update({f"_rules/{f.name}": f for f in rules.glob("*.yaml")})
+    files.update({f"settings/{f.name}": f for f in (package / "settings").glob("*.yaml")})
     digest = hashlib.sha256()
     for name, file in sorted(files.items()):
         digest.update(name.encode() + b"\0" + file.read_bytes())
@@ -253,7 +254,9 @@ def _report(data: Any, artifact: str) -> Report | None:
         return None
     if not isinstance(data["memory"], list) or len(data["memory"]) > 1:
         return None
-    stats = _record(ArtifactStats, data["stats"][0])
+    row = data["stats"][0]
+    costliest = _contributors(row.get("costliest")) if isinstance(row, dict) else None
+    stats = _record(ArtifactStats, row, costliest=costliest) if costliest is not None else None
     findings = [_finding(item) for item in data["findings"]]
     memory = [_plan_memory(item) for item in data["memory"]]
     if stats is None or stats.artifact != artifact or any(f is None or f.artifact != artifact for f in findings):
@@ -319,7 +322,7 @@ def _figures(data: Any) -> Figures | None:
     """A measured artifact's figures, with their contributors; `findings` counts by known code."""
     if not isinstance(data, dict):
         return None
-    parts = {key: _contributors(data.get(key)) for key in ("sram", "flash", "fp32")}
+    parts = {key: _contributors(data.get(key)) for key in ("sram", "flash", "fp32", "time")}
     counts = data.get("findings")
     if any(part is None for part in parts.values()) or not isinstance(counts, dict) or not all(
             code in load_catalog() and type(n) is int and n >= 0 for code, n in counts.items()):
@@ -349,5 +352,5 @@ def _plan_memory(data: Any) -> PlanMemory | None:
 _TYPES: dict[Any, tuple[type, ...]] = {Code: (str,),
     str: (str,), int: (int,), bool: (bool,), float: (float, int),
     dict[str, Any]: (dict,), Location | None: (dict, type(None)), str | None: (str, type(None)),
-    int | None: (int, type(None)),
+    int | None: (int, type(None)), float | None: (float, int, type(None)),
 }

@@ -1,5 +1,6 @@
-"""Common Cortex-M boards and SoCs with the SRAM and flash their vendors document: what `budgets:
-{board: NAME}` takes `sram` and `flash` from.
+"""Common Cortex-M boards and SoCs with the SRAM, flash, CPU clock and FPU their vendors document:
+what `budgets: {board: NAME}` takes `sram` and `flash` from, and what a cost estimate takes the
+clock and the FPU from (`board:`, `--board`).
 
 The table is data, `boards.yaml` beside this module; each row cites the vendor page or datasheet
 its figures come from. SRAM is all on-chip SRAM the core can address (a program may get less: a
@@ -16,7 +17,7 @@ from importlib import resources
 
 import yaml
 
-from qlint.settings.sizes import parse_size, show_size
+from qlint.settings.sizes import parse_clock, parse_size, show_clock, show_size
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class Board:
     flash: int    # bytes
     source: str   # where the figures come from
     note: str = ""
+    clock_hz: int | None = None   # the CPU clock a latency is estimated at
+    fpu: bool | None = None       # None: the CPU's architecture decides (`qlint.settings.cycles.default_fpu`)
+    clock_source: str = ""        # where the clock and FPU come from, when another page than `source`
 
 
 @functools.cache
@@ -35,11 +39,18 @@ def builtin_boards() -> dict[str, Board]:
     read when a budget names a board or the table is listed, not on every start."""
     text = resources.files("qlint.settings").joinpath("boards.yaml").read_text(encoding="utf-8")
     return {name: Board(name, row["cpu"], parse_size(row["sram"]), parse_size(row["flash"]), row["source"],
-                        row.get("note", "")) for name, row in yaml.safe_load(text).items()}
+                        row.get("note", ""), parse_clock(row["clock"]) if "clock" in row else None,
+                        row.get("fpu"), row.get("clock_source", ""))
+            for name, row in yaml.safe_load(text).items()}
 
 
-def board_rows(boards: Iterable[Board]) -> list[tuple[str, str, str, str, str]]:
-    """Name, CPU, SRAM, flash and source (with its note) of each board: what `qlint boards` prints and
-    docs/budgets.md shows."""
-    return [(b.name, b.cpu, show_size(b.sram), show_size(b.flash), f"{b.source}; {b.note}" if b.note else b.source)
-            for b in boards]
+def board_rows(boards: Iterable[Board]) -> list[tuple[str, str, str, str, str, str, str]]:
+    """Name, CPU, SRAM, flash, clock, FPU and source (with its note) of each board: what `qlint boards`
+    prints and docs/budgets.md shows."""
+    rows = []
+    for b in boards:
+        source = "; ".join(part for part in (b.source, b.clock_source, b.note) if part)
+        fpu = "" if b.fpu is None else "yes" if b.fpu else "no"
+        rows.append((b.name, b.cpu, show_size(b.sram), show_size(b.flash),
+                     show_clock(b.clock_hz) if b.clock_hz else "", fpu, source))
+    return rows

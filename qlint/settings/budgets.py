@@ -1,11 +1,12 @@
-"""Memory and fp32 budgets: what `.qlint.yaml` allows an artifact or target, and where each limit came from.
+"""Memory, fp32 and time budgets: what `.qlint.yaml` allows an artifact or target, and where each limit
+came from.
 
-A budget is a set of limits (`sram`, `flash`, `fp32_elements`, `fp32_islands`, a minimum
-`coverage`) and of `growth` limits against a base run's metrics. The config gives a default, per
-file globs and per target; each level overrides the limits it names, and a `board:` gives `sram`
-and `flash` from the board table (`qlint.settings.boards`) or the config's own `boards:`. Every
-resolved limit keeps its origin (`budgets in .qlint.yaml:3`, `board nucleo-f446re`), which QL009
-names, so a user sees which line to change.
+A budget is a set of limits (`sram`, `flash`, `fp32_elements`, `fp32_islands`, `cycles`,
+`fp32_cycles`, `latency`, a minimum `coverage`) and of `growth` limits against a base run's metrics.
+The config gives a default, per file globs and per target; each level overrides the limits it
+names, and a `board:` gives `sram` and `flash` from the board table (`qlint.settings.boards`) or the
+config's own `boards:`. Every resolved limit keeps its origin (`budgets in .qlint.yaml:3`, `board
+nucleo-f446re`), which QL009 names, so a user sees which line to change.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from qlint.settings.boards import Board, builtin_boards
 from qlint.settings.sizes import show_size
 
 SIZE_KEYS = ("sram", "flash")
-COUNT_KEYS = ("fp32_elements", "fp32_islands")
-GROWTH_KEYS = (*SIZE_KEYS, *COUNT_KEYS, "coverage")
+COUNT_KEYS = ("fp32_elements", "fp32_islands", "cycles", "fp32_cycles")
+TIME_KEYS = ("latency",)   # milliseconds at the board's clock (`50ms`)
+GROWTH_KEYS = (*SIZE_KEYS, *COUNT_KEYS, *TIME_KEYS, "coverage")
 # A share or a growth: plain ASCII decimals, as sizes and counts are (`qlint.settings.sizes`).
 _DECIMAL = r"([0-9]{1,12}(?:\.[0-9]{1,12})?)"
 _SHARE = re.compile(rf"^\s*{_DECIMAL}\s*(%?)\s*$", re.ASCII)
@@ -133,4 +135,6 @@ def show(key: str, value: float) -> str:
         return show_size(int(value))
     if key == "coverage":
         return f"{100 * value:.1f}%"
+    if key in TIME_KEYS:
+        return f"{value:.3g} ms"
     return f"{int(value):,}"

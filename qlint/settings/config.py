@@ -26,13 +26,14 @@ from qlint.settings.budgets import (
     COUNT_KEYS,
     GROWTH_KEYS,
     SIZE_KEYS,
+    TIME_KEYS,
     Budget,
     Budgets,
     Growth,
     parse_percent,
     parse_percentage,
 )
-from qlint.settings.sizes import parse_count, parse_size
+from qlint.settings.sizes import parse_clock, parse_count, parse_duration_ms, parse_size
 
 CONFIG_NAME = ".qlint.yaml"
 # The YAML tags a config may carry: plain scalars, lists and mappings (no
@@ -94,6 +95,7 @@ class Target:
     line: int = 0
     remedies: tuple[RemedyName, ...] | None = None  # None: the config's list
     budgets: Budget | None = None  # its own limits over the config's
+    board: str | None = None       # its own board (CPU, clock, FPU) over the config's
 
 
 @dataclass(frozen=True)
@@ -107,12 +109,14 @@ class Config:
     ignore: tuple[str, ...] = ()
     severities: dict[Code, Severity] = field(default_factory=dict)
     coverage_threshold: float = 0.9
+    coverage_by: str = "ops"                # QL005 by op count, or by the estimated time ("time")
     fold: FoldGuards = field(default_factory=FoldGuards)
     limits: Limits = field(default_factory=Limits)
     targets: tuple[Target, ...] = ()
     remedies: tuple[RemedyName, ...] = ()   # unsafe fixes `--fix` applies to targets without --unsafe-fixes
     remedy_max_sqnr_drop_db: float = 1.0    # a remedy costing more accuracy than this is refused
     budgets: Budgets = field(default_factory=Budgets)
+    board: str | None = None                # the board a run is for: its CPU, clock and FPU (`--board`)
 
     @property
     def base(self) -> Path:
@@ -133,6 +137,22 @@ class Config:
 
     def with_overrides(self, **changes: Any) -> Config:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def selected_board(self) -> Board | None:
+        """The board `board:` or `--board` names (the config's own boards first), if one."""
+        return self.budgets.board(self.board) if self.board else None
+
+    def with_board(self, name: str, cpu: str | None = None) -> Config:
+        """This config for board `name`: lowered for its CPU unless `cpu` (`--target-cpu`) says
+        otherwise. Raises ValueError for a board neither the table nor the config has."""
+        board = self.budgets.board(name)
+        if board is None:
+            from qlint.settings.boards import builtin_boards
+
+            known = ", ".join(sorted({*builtin_boards(), *self.budgets.boards}))
+            raise ValueError(f"unknown board {printable(name)[:80]!r} (known: {known}; a board of your own goes "
+                             "under `boards:` in .qlint.yaml)")
+        return replace(self, board=name, target_cpu=cpu or board.cpu or self.target_cpu)
 
 
 def find_repo_root(start: Path) -> Path:
@@ -260,6 +280,7 @@ class _Parser:
             changes[key if key != "rules" else "severities"] = handler(value, key)
         boards = changes.pop("boards", {})
         changes["budgets"] = replace(changes.get("budgets", Budgets()), boards=boards)
+        self.board_cpu(root, changes)
         for node, key, name in self.board_names:
             if changes["budgets"].board(name) is None:
                 from qlint.settings.boards import builtin_boards
@@ -268,6 +289,22 @@ class _Parser:
                 raise self.error(node, key, f"unknown board {name!r} (known: {known}; a board of your own goes "
                                             "under `boards:`)")
         return replace(config, **changes)
+
+    def board_cpu(self, root: yaml.Node, changes: dict[str, Any]) -> None:
+        """A run for a board is lowered for the board's CPU; `target_cpu:` beside it must agree."""
+        name = changes.get("board")
+        board = changes["budgets"].board(name) if name else None
+        if board is None or not board.cpu:
+            return
+        if changes.setdefault("target_cpu", board.cpu) != board.cpu:
+            node = next(v for k, v in root.value if k.value == "target_cpu")
+            raise self.error(node, "target_cpu", f"{changes['target_cpu']!r}, but `board: {name}` is a {board.cpu}: "
+                                                 "drop one of them")
+
+    def key_board(self, node: yaml.Node, key: str) -> str:
+        name = self.scalar(node, key, str)
+        self.board_names.append((node, key, name))
+        return name
 
     def key_target_cpu(self, node: yaml.Node, key: str) -> str:
         value = self.scalar(node, key, str)
@@ -292,6 +329,12 @@ class _Parser:
         value = self.scalar(node, key, float)
         if not 0.0 <= value <= 1.0:
             raise self.error(node, key, f"must be between 0 and 1, got {value}")
+        return value
+
+    def key_coverage_by(self, node: yaml.Node, key: str) -> str:
+        value = self.scalar(node, key, str)
+        if value not in ("ops", "time"):
+            raise self.error(node, key, f"{printable(value)[:40]!r} is not one of ops, time")
         return value
 
     def key_rules(self, node: yaml.Node, key: str) -> dict[Code, Severity]:
@@ -347,11 +390,14 @@ class _Parser:
         return f"{key} in {self.path.name}:{node.start_mark.line + 1}"
 
     def size_or_count(self, node: yaml.Node, key: str, name: str) -> float:
-        """A size (`sram`, `flash`: bytes or KiB/MiB), a count, or a share (`coverage`: 90% or 0.9)."""
+        """A size (`sram`, `flash`: bytes or KiB/MiB), a duration (`latency`: 50ms), a count, or a share
+        (`coverage`: 90% or 0.9)."""
         text = self.scalar(node, key, str)
         try:
             if name in SIZE_KEYS:
                 return parse_size(text)
+            if name in TIME_KEYS:
+                return parse_duration_ms(text)
             if name == "coverage":
                 return parse_percent(text)
             return parse_count(text, name.replace("_", " "))
@@ -386,7 +432,7 @@ class _Parser:
         globs: list[tuple[str, Budget]] = []
         for name, knode, value in self.mapping(node, key):
             full = f"{key}.{name}"
-            if name in (*SIZE_KEYS, *COUNT_KEYS, "coverage"):
+            if name in (*SIZE_KEYS, *COUNT_KEYS, *TIME_KEYS, "coverage"):
                 limits[name] = self.size_or_count(value, full, name)
             elif name == "board":
                 board = self.scalar(value, full, str)
@@ -396,7 +442,7 @@ class _Parser:
             elif name == "per_file" and per_file:
                 globs = [(pattern, self.budget(v, f"{full}.{pattern}")) for pattern, _, v in self.mapping(value, full)]
             else:
-                known = ", ".join((*SIZE_KEYS, *COUNT_KEYS, "coverage", "board", "growth")
+                known = ", ".join((*SIZE_KEYS, *COUNT_KEYS, *TIME_KEYS, "coverage", "board", "growth")
                                   + (("per_file",) if per_file else ()))
                 raise self.error(knode, full, f"unknown key (known: {known})")
         return Budget(self.origin(node, key), limits, board, growth), tuple(globs)
@@ -406,22 +452,32 @@ class _Parser:
         return Budgets(default=None if default.empty else default, per_file=per_file)
 
     def key_boards(self, node: yaml.Node, key: str) -> dict[str, Board]:
-        """The user's own boards: `{my-board: {sram: 128KiB, flash: 1MiB}}`; one that redefines a
-        board of the table says so (`override: true`), so a typo cannot shadow the table's figures."""
+        """The user's own boards: `{my-board: {cpu: cortex-m33, clock: 128MHz, fpu: true, sram: 512KiB,
+        flash: 1MiB}}` (sram and flash required); one that redefines a board of the table says so
+        (`override: true`), so a typo cannot shadow the table's figures."""
         from qlint.settings.boards import builtin_boards
 
         boards = {}
         for name, knode, value in self.mapping(node, key):
             where = f"{key}.{printable(name)}"
             sizes: dict[str, int] = {}
-            override = False
+            override, cpu, clock, fpu = False, "", None, None
             for field_, fnode, size in self.mapping(value, where):
                 if field_ == "override":
                     override = self.scalar(size, f"{where}.override", bool)
                 elif field_ in SIZE_KEYS:
                     sizes[field_] = int(self.size_or_count(size, f"{where}.{field_}", field_))
+                elif field_ == "cpu":
+                    cpu = self.key_target_cpu(size, f"{where}.cpu")
+                elif field_ == "clock":
+                    try:
+                        clock = parse_clock(self.scalar(size, f"{where}.clock", str))
+                    except ValueError as exc:
+                        raise self.error(size, f"{where}.clock", printable(str(exc))) from None
+                elif field_ == "fpu":
+                    fpu = self.scalar(size, f"{where}.fpu", bool)
                 else:
-                    known = "unknown key (known: sram, flash, override)"
+                    known = "unknown key (known: cpu, clock, fpu, sram, flash, override)"
                     raise self.error(fnode, f"{where}.{printable(field_)}", known)
             missing = [k for k in SIZE_KEYS if k not in sizes]
             if missing:
@@ -429,19 +485,23 @@ class _Parser:
             if override != (name in builtin_boards()):
                 raise self.error(knode, where, "redefines the built-in board of that name: add `override: true`"
                                  if not override else "`override: true`, but no built-in board has that name")
-            boards[name] = Board(name, "", sizes["sram"], sizes["flash"], self.origin(value, where))
+            boards[name] = Board(name, cpu, sizes["sram"], sizes["flash"], self.origin(value, where),
+                                 clock_hz=clock, fpu=fpu)
         return boards
 
     def key_targets(self, node: yaml.Node, key: str) -> tuple[Target, ...]:
         if not isinstance(node, yaml.SequenceNode):
-            raise self.error(node, key, "expected a list of {name, factory[, remedies][, budgets]} mappings")
+            raise self.error(node, key, "expected a list of {name, factory[, remedies][, budgets][, board]} mappings")
         targets: list[Target] = []
         for item in node.value:
             fields: dict[str, str] = {}
-            remedies, budgets = None, None
+            remedies, budgets, board = None, None, None
             for name, knode, value in self.mapping(item, key):
                 if name == "remedies":
                     remedies = self.key_remedies(value, f"{key}.remedies")
+                    continue
+                if name == "board":
+                    board = self.key_board(value, f"{key}.board")
                     continue
                 if name == "budgets":
                     budgets = self.budget(value, f"{key}.budgets")
@@ -463,7 +523,7 @@ class _Parser:
             if budgets is not None:  # named for the target, which its name may follow
                 budgets = replace(budgets, origin=budgets.origin.replace(f"{key}.budgets", f"target {name}'s budgets"))
             targets.append(Target(name=name, factory=fields["factory"], line=item.start_mark.line + 1,
-                                  remedies=remedies, budgets=budgets))
+                                  remedies=remedies, budgets=budgets, board=board))
         return tuple(targets)
 
 
@@ -471,6 +531,9 @@ DEFAULT_CONFIG = """\
 # qlint configuration: https://github.com/qlint/qlint/blob/main/docs/configuration.md
 # Cortex-M CPU to lower for: cortex-m0 ... cortex-m85.
 target_cpu: cortex-m55
+# The board the run is for (`qlint boards`): its CPU instead of target_cpu, its clock and FPU for
+# the estimated cycles and milliseconds (docs/cost-model.md). `--board NAME` overrides it.
+# board: nucleo-l4r5zi
 
 # Files checked when a directory is given (globs relative to this file's folder).
 include: ["**/*.pt2", "**/*.pte"]
@@ -492,8 +555,10 @@ rules:
   QL008: warning
   QL009: error
 
-# QL005 fires when the share of compute ops running as int kernels is below this.
+# QL005 fires when the share of compute ops running as int kernels is below this
+# (`coverage_by: time`: the int8 share of the estimated cycles instead).
 coverage_threshold: 0.9
+coverage_by: ops
 
 # Guards for folding an island (QL001/QL004); a blocked fold names its guard.
 fold:
@@ -512,6 +577,7 @@ targets: []
 #  - name: attention
 #    factory: models.attention:make_model
 #    remedies: [unfused-attention]   # this target's list instead of the one below
+#    board: nrf5340-dk               # this target's board instead of the config's
 
 # Remedies: export/quantization changes `qlint check --fix` makes to targets
 # (unsafe fixes: they change numerics). Each is tried alone and kept only if it
@@ -529,9 +595,10 @@ remedy_max_sqnr_drop_db: 1.0
 #   flash: 256KiB                # the .pte's length
 #   fp32_islands: 0
 #   coverage: 90%                # a minimum
-#   growth: {sram: 5%, fp32_islands: 0}
+#   latency: 50ms                # estimated, at the board's clock
+#   growth: {sram: 5%, fp32_islands: 0, fp32_cycles: 0}
 #   per_file:
 #     "models/kws*.pt2": {board: nrf52840-dk}
 # boards:
-#   my-board: {sram: 128KiB, flash: 1MiB}
+#   my-board: {cpu: cortex-m33, clock: 128MHz, fpu: true, sram: 512KiB, flash: 1MiB}
 """

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ROOT, run_cli, run_json
 
 
 @pytest.mark.model("make_two_way_transformer")
@@ -40,3 +44,107 @@ def test_a_clock_turns_cycles_into_milliseconds() -> None:
     cost = ProgramCost(Core("cortex-m4", "dsp", True, 120_000_000), [OpCost("a", "x", 1, "element", 1_200_000, True)])
     assert (cost.cycles, cost.fp32_cycles, cost.latency_ms()) == (1_200_000, 1_200_000, pytest.approx(10.0))
     assert ProgramCost(Core("cortex-m4", "dsp", True)).latency_ms() is None
+
+
+@pytest.fixture
+def attention(tmp_path: Path) -> Path:
+    """The bundled attention example in a folder of its own (no config above it)."""
+    target = tmp_path / "attention.pt2"
+    shutil.copy(ROOT / "examples" / "attention.pt2", target)
+    return target
+
+
+@pytest.mark.model("make_attention")
+def test_a_board_gives_cycles_and_milliseconds_for_the_artifact_and_each_finding(
+        attention: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = run_json(["check", "--no-cache", "--board", "nucleo-l4r5zi", str(attention)], capsys)
+    [stats] = report["artifacts"]
+    assert code == 1 and stats["core"] == "cortex-m4 (DSP kernels, FPU) at 120 MHz"
+    assert 0 < stats["fp32_cycles"] < stats["cycles"]
+    assert stats["latency_ms"] == pytest.approx(stats["cycles"] / 120e3)
+    costliest = stats["costliest"]
+    assert [c["amount"] for c in costliest] == sorted((c["amount"] for c in costliest), reverse=True)
+    assert costliest[0]["what"] == "quantized_batch_matmul, 1,024 MACs"
+    assert costliest[0]["location"]["code"] == "scores = torch.bmm(q, k.transpose(1, 2))"
+    scale = next(f for f in report["findings"] if f["code"] == "QL001")
+    assert scale["details"]["cycles"] > 0 and scale["details"]["time_share"] == pytest.approx(
+        scale["details"]["cycles"] / stats["cycles"], abs=1e-4)
+    assert scale["details"]["latency_ms"] == pytest.approx(scale["details"]["cycles"] / 120e3)
+    # without a board: the config's CPU (cortex-m55 by default), no clock, so no milliseconds
+    _, plain = run_json(["check", "--no-cache", str(attention)], capsys)
+    [unclocked] = plain["artifacts"]
+    assert unclocked["core"] == "cortex-m55 (MVE kernels, FPU)" and unclocked["latency_ms"] is None
+    code, _, err = run_cli(["check", "--board", "no-such-board", str(attention)], capsys)
+    assert code == 2 and err.startswith("qlint: --board: unknown board 'no-such-board' (known: arduino-nano-33-ble")
+
+
+@pytest.mark.model("make_attention")
+def test_a_latency_budget_names_the_costliest_ops_and_needs_a_clock(
+        attention: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = attention.parent / ".qlint.yaml"
+    config.write_text("board: nucleo-l4r5zi\nbudgets: {latency: 10us}\n")
+    code, report = run_json(["check", "--no-cache", "--config", str(config), str(attention)], capsys)
+    [over] = [f for f in report["findings"] if f["code"] == "QL009"]
+    assert code == 1 and over["details"]["budget"] == "latency" and over["details"]["limit"] == 0.01
+    assert over["message"].startswith("estimated latency ") and "over its budget 0.01 ms" in over["message"]
+    assert "costliest ops (cycles): cortex_m_quantized_batch_matmul_default (quantized_batch_matmul, 1,024 MACs) " \
+           "at examples/models.py:28: " in over["message"]
+    assert over["location"]["code"] == "scores = torch.bmm(q, k.transpose(1, 2))"
+    assert len(over["details"]["contributors"]) == 5
+    config.write_text("target_cpu: cortex-m33\nbudgets: {latency: 10us}\n")  # no board: no clock
+    _, report = run_json(["check", "--no-cache", "--config", str(config), str(attention)], capsys)
+    [unchecked] = [f for f in report["findings"] if f["code"] == "QL009"]
+    assert unchecked["message"].startswith("estimated latency budget 0.01 ms (budgets in ")
+    assert unchecked["message"].endswith(") cannot be checked: no board with a clock is set (`board:` or --board)")
+
+
+@pytest.mark.model("make_attention")
+def test_no_fpu_makes_the_same_island_several_times_costlier(attention: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    target, config = attention, attention.parent / ".qlint.yaml"
+    config.write_text("boards:\n  m33-fpu: {cpu: cortex-m33, clock: 128MHz, fpu: true, sram: 512KiB, flash: 1MiB}\n"
+                      "  m33-soft: {cpu: cortex-m33, clock: 128MHz, fpu: false, sram: 512KiB, flash: 1MiB}\n")
+    shares = {}
+    for board in ("m33-fpu", "m33-soft"):
+        _, report = run_json(["check", "--no-cache", "--config", str(config), "--board", board, str(target)], capsys)
+        shares[board] = next(f["details"]["cycles"] for f in report["findings"] if f["code"] == "QL001")
+    assert shares["m33-soft"] > 5 * shares["m33-fpu"]
+
+
+def test_growth_on_fp32_cycles_fails_a_change_that_adds_an_island(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "scaled.py"
+    source = ('import torch\n\n\nclass Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n'
+              '        self.fc = torch.nn.Linear(16, 16)\n\n    def forward(self, x):\n        y = self.fc(x){scale}\n'
+              '        return self.fc(y)\n\n\ndef make():\n    torch.manual_seed(0)\n'
+              '    return Model().eval(), (torch.randn(1, 16),)\n')
+    model.write_text(source.format(scale=""))
+    config = tmp_path / ".qlint.yaml"
+    config.write_text("board: nrf5340-dk\ntargets:\n  - {name: scaled, factory: scaled:make}\n"
+                      "budgets: {growth: {fp32_cycles: 0}}\n")
+    base = tmp_path / "base.json"
+    code, _, err = run_cli(["check", "--no-cache", "--config", str(config), "--targets-only", "--write",
+                            f"metrics:{base}"], capsys)
+    assert code == 0, err
+    before = json.loads(base.read_text())["artifacts"]["target:scaled"]
+    assert before["fp32_cycles"] > 0 and before["fp32_islands"] == 0  # the input quantize, the output dequantize
+    # a LayerNorm: an island --fix cannot fold, so the program it would write has it too
+    model.write_text(source.format(scale="\n        y = torch.nn.functional.layer_norm(y, (16,))"))
+    code, report = run_json(["check", "--no-cache", "--config", str(config), "--targets-only", "--compare", str(base)],
+                            capsys)
+    grew = [f for f in report["findings"] if f["code"] == "QL009"]
+    assert code == 1 and [f["details"]["budget"] for f in grew] == ["fp32_cycles"]
+    assert grew[0]["details"]["before"] < grew[0]["details"]["measured"]
+    assert grew[0]["message"].startswith("estimated fp32 cycles grew ")
+    assert "largest fp32 islands: QL002 island at " in grew[0]["message"]
+
+
+@pytest.mark.model("make_attention")
+def test_the_time_plot_draws_the_costliest_ops(attention: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    plot = tmp_path / "time.svg"
+    code, _, err = run_cli(["check", "--no-cache", "--board", "ek-ra8d1", "--write", f"time-plot:{plot}",
+                            str(attention)], capsys)
+    svg = plot.read_text()
+    assert code == 1 and "quantized_batch_matmul examples/models.py:28" in svg and "estimated milliseconds" in svg
+    assert "cortex-m85 (MVE kernels, FPU) at 480 MHz" in svg

@@ -14,7 +14,7 @@ from qlint.report.metrics import MetricsError, delta_markdown, deltas, metrics_j
 from qlint.rules.records import Contributor, Figures, Location, Report
 from qlint.settings.boards import builtin_boards
 from qlint.settings.config import ConfigError, load_config
-from qlint.settings.sizes import parse_size, show_size
+from qlint.settings.sizes import parse_clock, parse_duration_ms, parse_size, show_size
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -53,6 +53,19 @@ def test_sizes_print_exactly() -> None:
     ("budgets:\n  flash: １２KiB\n", 2, "budgets.flash", "'１２KiB' is not a size"),
     ("budgets:\n  fp32_elements: １２\n", 2, "budgets.fp32_elements", "expected a whole number of fp32 elements"),
     ("budgets:\n  coverage: ０.９\n", 2, "budgets.coverage", "'０.９' is not a share"),
+    # Time: a duration needs its unit, a clock too; a board's CPU must be one qlint lowers for.
+    ("budgets:\n  latency: 50\n", 2, "budgets.latency", "'50' is not a duration: write a number with us, ms or s"),
+    (f"budgets:\n  latency: {'9' * 400}ms\n", 2, "budgets.latency", f"'{'9' * 40}' is over the largest amount"),
+    ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, clock: 120}\n", 2, "boards.mine.clock", "'120' is not a clock"),
+    ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, clock: 0MHz}\n", 2, "boards.mine.clock",
+     "'0MHz': a clock must be above 0 Hz"),
+    ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, cpu: cortex-a53}\n", 2, "boards.mine.cpu", "'cortex-a53' is not one of"),
+    ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, fpu: maybe}\n", 2, "boards.mine.fpu", "expected bool"),
+    ("board: nucleo-z999\n", 1, "board", "unknown board 'nucleo-z999'"),
+    ("targets:\n  - {factory: m:f, board: nucleo-z999}\n", 2, "targets.board", "unknown board 'nucleo-z999'"),
+    ("target_cpu: cortex-m4\nboard: nrf5340-dk\n", 1, "target_cpu", "'cortex-m4', but `board: nrf5340-dk` is a "
+     "cortex-m33: drop one of them"),
+    ("coverage_by: cycles\n", 1, "coverage_by", "'cycles' is not one of ops, time"),
 ])
 def test_budget_mistakes_are_one_line_naming_file_line_and_key(tmp_path: Path, text: str, line: int, key: str,
                                                                message: str) -> None:
@@ -61,6 +74,31 @@ def test_budget_mistakes_are_one_line_naming_file_line_and_key(tmp_path: Path, t
     assert (caught.value.line, caught.value.key) == (line, key)
     assert caught.value.message.startswith(message), caught.value.message
     assert "\n" not in str(caught.value)
+
+
+def test_clocks_and_durations_read_their_units() -> None:
+    assert (parse_clock("120MHz"), parse_clock("32 MHz"), parse_clock("1.2GHz"), parse_clock("32768Hz")) == (
+        120_000_000, 32_000_000, 1_200_000_000, 32_768)
+    assert (parse_duration_ms("50ms"), parse_duration_ms("800us"), parse_duration_ms("1.5 s")) == (50.0, 0.8, 1500.0)
+
+
+def test_a_board_sets_the_cpu_clock_and_fpu_of_the_run(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, """\
+        board: mine
+        boards:
+          mine: {cpu: cortex-m33, clock: 128MHz, fpu: false, sram: 512KiB, flash: 1MiB}
+        targets:
+          - {name: other, factory: m:f, board: ek-ra8d1}
+        """))
+    board = config.selected_board()
+    assert config.target_cpu == "cortex-m33" and board is not None
+    assert (board.clock_hz, board.fpu, board.sram) == (128_000_000, False, 512 * 1024)
+    assert config.targets[0].board == "ek-ra8d1"
+    other = config.with_board("ek-ra8d1")
+    assert (other.target_cpu, other.board) == ("cortex-m85", "ek-ra8d1")
+    assert config.with_board("ek-ra8d1", "cortex-m55").target_cpu == "cortex-m55"  # --target-cpu wins
+    with pytest.raises(ValueError, match="unknown board 'nope'"):
+        config.with_board("nope")
 
 
 def test_the_simplest_form_resolves_per_target_and_per_file_with_boards(tmp_path: Path) -> None:
@@ -91,6 +129,9 @@ def test_every_board_row_has_its_figures_and_a_source() -> None:
     for board in builtin_boards().values():
         assert board.sram > 0 and board.flash > 0 and board.cpu.startswith("cortex-m")
         assert re.match(r"https://\S+ \(.+\)$", board.source), board.name
+        # a clock and an FPU for the estimate, the FPU as the core's architecture allows
+        assert board.clock_hz and 1_000_000 <= board.clock_hz <= 1_000_000_000 and board.fpu is not None, board.name
+        assert not board.fpu or board.cpu not in ("cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m23"), board.name
     page = (Path(__file__).parents[2] / "docs" / "budgets.md").read_text(encoding="utf-8")
     for board in builtin_boards().values():
         assert f"| `{board.name}` | {board.cpu} |" in page and board.source in page

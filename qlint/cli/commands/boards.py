@@ -1,5 +1,6 @@
-"""`qlint boards`: the boards `budgets: {board: NAME}` can name, with their SRAM and flash and where
-the figures come from; the config's own `boards:` first, marked with where they are defined."""
+"""`qlint boards`: the boards `board:` and `budgets: {board: NAME}` can name, with their SRAM, flash,
+clock and FPU and where the figures come from; the config's own `boards:` first, marked with where
+they are defined."""
 
 from __future__ import annotations
 
@@ -25,6 +26,6 @@ def cmd_boards(config_path: Path | None) -> int:
     rows = board_rows([*own.values(), *(b for name, b in builtin_boards().items() if name not in own)])
     # Names and origins come from the config: escaped as file names are, a line never a workflow command.
     shown = [[printable(cell) for cell in row] for row in rows]
-    table = tabulate(shown, headers=["board", "cpu", "sram", "flash", "source"], tablefmt="simple",
+    table = tabulate(shown, headers=["board", "cpu", "sram", "flash", "clock", "fpu", "source"], tablefmt="simple",
                      disable_numparse=True)
     return EXIT_OK if emit("\n".join(not_a_command(line) for line in table.split("\n"))) else EXIT_ERROR

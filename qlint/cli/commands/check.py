@@ -96,9 +96,14 @@ def _config(args: argparse.Namespace) -> Config | None:
 
     try:
         config = named_or_found(args.config)
+        if args.board is not None:
+            config = config.with_board(args.board, args.target_cpu)
         return config.with_overrides(target_cpu=args.target_cpu, select=args.select, ignore=args.ignore)
     except ConfigError as exc:
         say(f"qlint: config error: {printable(str(exc))}")
+        return None
+    except ValueError as exc:  # --board names no board
+        say(f"qlint: --board: {exc}")
         return None
 
 
@@ -342,6 +347,18 @@ def _write_memory_plot(report: Report, path: Path, config: Config, written: list
     return None
 
 
+def _write_time_plot(report: Report, path: Path, config: Config, written: list[Path]) -> str | None:
+    from qlint.report import time_plot
+    from qlint.report.memory_plot import PlotError, write_plot
+
+    try:
+        write_plot(report, path, time_plot.figure, "time plot")
+    except PlotError as exc:
+        return str(exc)
+    written.append(path)
+    return None
+
+
 def _write_patch(report: Report, path: Path, config: Config, written: list[Path]) -> str | None:
     from qlint.io.writes import write_atomic
     from qlint.remedies.patch import remedy_patch
@@ -367,7 +384,7 @@ Writer = Callable[["Report", Path, "Config", list[Path]], "str | None"]
 WRITERS: dict[str, Writer] = {
     **{fmt: _report_writer(fmt) for fmt in OUTPUT_FORMATS[1:] if fmt != "markdown"},
     "markdown": _write_markdown, "model-explorer": _write_model_explorer, "memory-plot": _write_memory_plot,
-    "patch": _write_patch, "metrics": _write_metrics,
+    "patch": _write_patch, "metrics": _write_metrics, "time-plot": _write_time_plot,
 }
 
 
