@@ -67,18 +67,24 @@ class ProgramCost:
     core: Core
     ops: list[OpCost] = field(default_factory=list)
 
+    # Every figure is a sum of whole cycles an op, so an island's, its nodes' and the program's add up.
     @property
     def cycles(self) -> int:
-        return round(sum(o.cycles for o in self.ops))
+        return sum(round(o.cycles) for o in self.ops)
 
     @property
     def fp32_cycles(self) -> int:
-        return round(sum(o.cycles for o in self.ops if o.fp32))
+        return sum(round(o.cycles) for o in self.ops if o.fp32)
 
     def of(self, nodes: Iterable[str]) -> int:
         """Cycles of the ops named `nodes` (an island's, a finding's)."""
         names = set(nodes)
-        return round(sum(o.cycles for o in self.ops if o.node in names))
+        return sum(round(o.cycles) for o in self.ops if o.node in names)
+
+    def by_node(self, view: GraphView) -> dict[Node, int]:
+        """Each estimated op's cycles by its node in `view`'s graph."""
+        nodes = {n.name: n for n in view.nodes}
+        return {nodes[o.node]: round(o.cycles) for o in self.ops if o.node in nodes}
 
     def latency_ms(self, cycles: int | None = None) -> float | None:
         clock = self.core.clock_hz

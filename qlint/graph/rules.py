@@ -389,6 +389,7 @@ def run_rules(
         latency_ms=cost.latency_ms() if cost else None,
         core=cost.core.describe() if cost else "",
         costliest=costliest(view, cost, config.root) if cost else (),
+        node_cycles=graph_nodes(view, cost.by_node(view)) if cost else {},
     )
     return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure)
 

@@ -9,7 +9,8 @@ a `.pte` node by its instruction) and the graph's id (`ArtifactStats.graph`).
 Two node-data files per program: the fp32 elements each node materializes per
 inference (a colour gradient; a node that lowering split, `layer_norm` into
 `native_layer_norm` and `getitem`, carries what all its parts count), and the
-rule code and cause (a label). They are
+rule code and cause (a label); a third for a lowered program, the estimated cycles of each
+node's ops on the run's core (`qlint.graph.cost`), so the time overlays the official view too. They are
 built with Model Explorer's own node-data classes, so they are what it loads.
 """
 
@@ -27,6 +28,7 @@ from qlint.rules.table import Code
 
 FP32_SUFFIX = ".fp32.json"
 FINDINGS_SUFFIX = ".findings.json"
+TIME_SUFFIX = ".cycles.json"
 _LABEL_CHARS = 100
 # Room for the longest suffix (`.findings.json`) in a 255-byte file name.
 _STEM_BYTES = 255 - len(FINDINGS_SUFFIX)
@@ -67,6 +69,13 @@ def overlay_files(report: Report) -> dict[str, str]:
         stem = stems[stats.artifact]
         files[stem + FP32_SUFFIX] = ModelNodeData(graphsData={stats.graph: fp32}).to_json_string(indent=2)
         files[stem + FINDINGS_SUFFIX] = ModelNodeData(graphsData={stats.graph: rules}).to_json_string(indent=2)
+        if stats.node_cycles:
+            time = GraphNodeData(
+                name=f"qlint: estimated cycles ({stats.core})",
+                results={node: NodeDataResult(value=value) for node, value in stats.node_cycles.items()},
+                gradient=[GradientItem(stop=0, bgColor="#e3f0fb"), GradientItem(stop=1, bgColor="#1b3a6b")],
+            )
+            files[stem + TIME_SUFFIX] = ModelNodeData(graphsData={stats.graph: time}).to_json_string(indent=2)
     return files
 
 

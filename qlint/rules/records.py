@@ -80,6 +80,7 @@ class ArtifactStats:
     latency_ms: float | None = None   # at the board's clock, when a board is set
     core: str = ""                    # what the estimate is for (`Core.describe`)
     costliest: tuple[Contributor, ...] = ()  # the ops that take the most of the estimate, costliest first
+    node_cycles: dict[str, int] = field(default_factory=dict)  # by the checked program's node ids (Model Explorer)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -352,5 +352,5 @@ def _plan_memory(data: Any) -> PlanMemory | None:
 _TYPES: dict[Any, tuple[type, ...]] = {Code: (str,),
     str: (str,), int: (int,), bool: (bool,), float: (float, int),
     dict[str, Any]: (dict,), Location | None: (dict, type(None)), str | None: (str, type(None)),
-    int | None: (int, type(None)), float | None: (float, int, type(None)),
+    int | None: (int, type(None)), float | None: (float, int, type(None)), dict[str, int]: (dict,),
 }

@@ -76,6 +76,18 @@ def test_overlay_of_the_bundled_example_matches_model_explorers_ids(
     # The island: the bmm output dequantized, `/ sqrt(d)`, quantized; then the softmax requantize.
     assert values == {"dequantize_per_tensor_4": 64, "div": 64, "quantize_per_tensor_5": 0,
                       "dequantize_per_tensor_6": 64, "quantize_per_tensor_7": 0}
+    # The estimate on the adapter's ids: each node's ops' cycles, the island's nodes summing to its finding's
+    from qlint.report.model_explorer import TIME_SUFFIX, file_stem
+
+    graph_id, nodes = adapter_nodes(example)
+    artifact = data["findings"][0]["artifact"]
+    overlay = load_node_data(tmp_path / "me" / f"{file_stem(artifact)}{TIME_SUFFIX}", numbers=True)
+    [graph] = overlay.graphsData.values()
+    cycles = {node: result.value for node, result in graph.results.items()}
+    assert set(cycles) <= set(nodes) and max(cycles, key=cycles.__getitem__) in ("bmm", "bmm_1")
+    [scale] = [f for f in data["findings"] if f["code"] == "QL001"]
+    assert sum(cycles[n] for n in scale["details"]["graph_nodes"]) == scale["details"]["cycles"]
+    assert sum(cycles.values()) <= data["artifacts"][0]["cycles"]  # ops lowering made have no id there
 
 
 def test_overlay_of_sam_marks_every_island_node(sam_pt2: Path, tmp_path: Path,
