@@ -6,7 +6,7 @@ of each op is read from the program (MACs of a convolution or matrix product fro
 shapes, elements of everything else) and priced with `qlint.settings.cycles` for the CMSIS-NN
 backend ExecuTorch picks for the CPU (`CortexMTargetConfig`) and for the core's FPU, or soft float
 without one. Ops that run no code on the device (views ExecuTorch turns into aliases, planning)
-cost nothing.
+cost nothing; work on constants is priced like any op, since the device computes it every inference.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.fx import Node
 
+from qlint.graph.islands import constant_fp32
 from qlint.graph.view import GraphView, Kind, base_name, op_name, output_value
 from qlint.settings.config import Config
 from qlint.settings.cycles import Core, CostTable, cost_table, default_fpu
@@ -185,10 +186,12 @@ def op_cost(view: GraphView, node: Node, core: Core, table: CostTable | None = N
     if name in ALIASES:
         return None
     kind = view.kind(node)
-    if kind == Kind.CONSTANT or view.is_constant(node) and kind != Kind.DEQUANTIZE:
-        return None  # computed ahead of time or folded into a kernel's constants
-    # time spent on float values: float ops, float copies, and converting to and from them
-    fp32 = kind in (Kind.FP_COMPUTE, Kind.QUANTIZE, Kind.DEQUANTIZE) or (kind == Kind.SHAPE and _is_float_tensor(node))
+    if kind == Kind.CONSTANT:
+        return None
+    # time spent on float values: float ops (work on constants too: the device computes it every
+    # inference, QL008's point), float copies, and converting to and from them
+    fp32 = (kind in (Kind.FP_COMPUTE, Kind.QUANTIZE, Kind.DEQUANTIZE) or constant_fp32(view, node)
+            or (kind == Kind.SHAPE and _is_float_tensor(node)))
     if fp32 and name not in COPIES and name not in CONVERSIONS:
         work, unit, cycles = _fp32_cost(table, core, node, name)
     elif kind == Kind.SHAPE or name in COPIES:
