@@ -19,6 +19,12 @@ from qlint.rules.records import LivePeak, MemoryTimeline, Report
 SUFFIXES = (".svg", ".png")
 
 
+def plain(text: str) -> str:
+    """Text from the artifact (a file name, a source path) as matplotlib draws it literally: between
+    two `$` it would parse math, and an unbalanced brace there raises while drawing."""
+    return text.replace("$", r"\$")
+
+
 class PlotError(Exception):
     """Nothing to draw (no `--fix`, nothing lowered), no matplotlib, or not an .svg/.png path."""
 
@@ -82,9 +88,10 @@ def _draw(ax: Any, panel: Panel) -> None:
         where = f"\n{panel.peak.location}" if panel.peak.location else ""
         ax.plot([panel.peak.step], [panel.peak.bytes], marker="v", color="black", linestyle="none",
                 label="live peak")
-        ax.annotate(f"peak {panel.peak.bytes} B at {panel.peak.node}{where}", (panel.peak.step, panel.peak.bytes),
-                    textcoords="offset points", xytext=(6, 4), va="bottom", fontsize=8)
-    ax.set_title(f"{panel.artifact}: {panel.title}", fontsize=10)
+        label = plain(f"peak {panel.peak.bytes} B at {panel.peak.node}{where}")
+        ax.annotate(label, (panel.peak.step, panel.peak.bytes), textcoords="offset points", xytext=(6, 4),
+                    va="bottom", fontsize=8)
+    ax.set_title(plain(f"{panel.artifact}: {panel.title}"), fontsize=10)
     ax.set_xlabel("step of the planned program")
     ax.set_ylabel("planned arena bytes live")
     ax.set_ylim(0, max(panel.timeline.total) * 1.3)  # room above the peak for its label

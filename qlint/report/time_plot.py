@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qlint.report.memory_plot import PlotError
+from qlint.report.memory_plot import PlotError, plain
 from qlint.rules.records import ArtifactStats, Report
 
 INT8, FP32 = "#1b6ca8", "#d7263d"
@@ -38,8 +38,7 @@ def _draw(ax: Any, stats: ArtifactStats) -> None:
     per_ms = stats.cycles / stats.latency_ms if stats.latency_ms else None
     values = [op.amount / per_ms if per_ms else op.amount for op in ops]
     colors = [FP32 if "fp32" in op.what else INT8 for op in ops]
-    labels = [f"{op.what.split(',')[0]} {op.location}" if op.location else f"{op.what.split(',')[0]} {op.name}"
-              for op in ops]
+    labels = [plain(f"{op.what.split(',')[0]} {op.location or op.name}") for op in ops]
     ax.barh(range(len(ops)), values, color=colors)
     ax.set_yticks(range(len(ops)), labels, fontsize=8)
     for row, (op, value) in enumerate(zip(ops, values, strict=True)):
@@ -47,6 +46,7 @@ def _draw(ax: Any, stats: ArtifactStats) -> None:
                     xytext=(4, 0), va="center", fontsize=8)
     total = f"{stats.latency_ms:.3g} ms" if stats.latency_ms else f"{stats.cycles:,} cycles"
     share = f"{100 * (stats.fp32_cycles or 0) / stats.cycles:.0f}%"
-    ax.set_title(f"{stats.artifact}: estimated {total}\non {stats.core}, {share} on float values (red)", fontsize=9)
+    ax.set_title(f"{plain(stats.artifact)}: estimated {total}\non {stats.core}, {share} on float values (red)",
+                 fontsize=9)
     ax.set_xlabel("estimated milliseconds" if per_ms else "estimated cycles")
     ax.set_xlim(0, max(values) * 1.15)  # room for the share labels

@@ -95,3 +95,20 @@ def test_sarif_of_hostile_names_is_valid_sarif() -> None:
     document = json.loads(sarif(hostile_report()))
     jsonschema.Draft4Validator(schema).validate(document)
     assert [r["properties"]["artifact"] for r in document["runs"][0]["results"]] == HOSTILE
+
+
+def test_the_time_plot_draws_names_from_the_artifact_literally(tmp_path: Path) -> None:
+    """A `$` in a file name or a source path would start matplotlib's math mode (an unbalanced one
+    raises while drawing): every name is drawn as the text it is."""
+    from qlint.report.memory_plot import write_plot
+    from qlint.report.time_plot import figure
+    from qlint.rules.records import ArtifactStats, Contributor, Location, Report
+
+    where = Location("models/$x^{$.py", 3, "y = x / 3")
+    stats = ArtifactStats("a$b.pt2", cycles=1_000, fp32_cycles=400, latency_ms=0.01, core="cortex-m4",
+                          costliest=(Contributor("div", 400, "div, 16 elements, fp32", where),
+                                     Contributor("linear", 300, "quantized_linear, 256 MACs")))
+    plot = tmp_path / "time.svg"
+    write_plot(Report(stats=[stats]), plot, figure, "time plot")
+    svg = plot.read_text()
+    assert "a$b.pt2: estimated 0.01 ms" in svg and "div models/$x^{$.py:3" in svg
