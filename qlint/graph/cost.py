@@ -18,7 +18,7 @@ import torch
 from torch.fx import Node
 
 from qlint.graph.islands import constant_fp32
-from qlint.graph.view import GraphView, Kind, base_name, op_name, output_value
+from qlint.graph.view import GraphView, Kind, base_name, numel, op_name, output_value
 from qlint.settings.config import Config
 from qlint.settings.cycles import Core, CostTable, cost_table, default_fpu
 
@@ -113,14 +113,6 @@ def _tensor(value: object) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
-def _numel(value: object) -> int:
-    tensor = _tensor(value)
-    try:
-        return int(tensor.numel()) if tensor is not None else 0
-    except Exception:  # symbolic shapes
-        return 0
-
-
 def _arg(node: Node, index: int) -> torch.Tensor | None:
     arg = node.args[index] if len(node.args) > index else None
     return _tensor(output_value(arg)) if isinstance(arg, Node) else None
@@ -129,7 +121,7 @@ def _arg(node: Node, index: int) -> torch.Tensor | None:
 def _macs(node: Node, name: str) -> int:
     """Multiply-accumulates: each output element sums over the reduced dimension (a matrix product's
     inner one, a convolution's kernel window times its input channels per group)."""
-    out = _numel(output_value(node))
+    out = numel(node)
     if name in ("quantized_conv2d", "quantized_depthwise_conv2d", "convolution", "conv2d", "conv1d"):
         weight, result = _arg(node, 1), _tensor(output_value(node))
         if weight is None or result is None or result.dim() < 2 or not result.shape[1]:
@@ -145,13 +137,15 @@ def _macs(node: Node, name: str) -> int:
 
 
 def _is_pointwise(node: Node) -> bool:
-    weight, source = _arg(node, 1), _arg(node, 0)
-    return (weight is not None and source is not None and source.dim() == 4
-            and int(weight.numel()) == int(source.shape[1]) * int(_tensor(output_value(node)).shape[1]))  # type: ignore[union-attr]
+    """A 1x1 convolution: one weight an input and output channel pair."""
+    weight, source, result = _arg(node, 1), _arg(node, 0), _tensor(output_value(node))
+    if weight is None or source is None or result is None or source.dim() != 4 or result.dim() < 2:
+        return False
+    return int(weight.numel()) == int(source.shape[1]) * int(result.shape[1])
 
 
 def _int8_cost(table: CostTable, core: Core, node: Node, name: str) -> tuple[int, str, float]:
-    elements = _numel(output_value(node))
+    elements = numel(node)
     if name in ("quantized_conv2d", "quantized_depthwise_conv2d") or name in MATMULS:
         kind = ("depthwise" if name == "quantized_depthwise_conv2d" else "linear" if name in MATMULS
                 else "pointwise" if _is_pointwise(node) else "conv")
@@ -160,7 +154,7 @@ def _int8_cost(table: CostTable, core: Core, node: Node, name: str) -> tuple[int
     if name in CONVERSIONS and not core.fpu:  # the kernel scales in float: soft float without an FPU
         return elements, "element", elements * table.fp32_element(core, CONVERSION_ARITHMETIC)
     if "pool" in name:  # a pool reads every element of its window
-        reads = _numel(output_value(node.args[0])) if node.args and isinstance(node.args[0], Node) else elements
+        reads = numel(node.args[0]) if node.args and isinstance(node.args[0], Node) else elements
         return reads, "element", table.kernel(core, "pool").cycles(0, reads)
     kind = "quantize" if name in CONVERSIONS else "copy" if name in COPIES else "elementwise"
     return elements, "element", table.kernel(core, kind).cycles(0, elements)
@@ -170,9 +164,9 @@ def _fp32_cost(table: CostTable, core: Core, node: Node, name: str) -> tuple[int
     if name in FP32_MATMULS:
         macs = _macs(node, name)
         per_mac = table.arithmetic(core, "mul") + table.arithmetic(core, "add")
-        return macs, "MAC", macs * per_mac + _numel(output_value(node)) * table.fp32_loop
-    inputs = [_numel(output_value(a)) for a in node.all_input_nodes]
-    elements = max([_numel(output_value(node)), *inputs])  # a reduction reads more than it writes
+        return macs, "MAC", macs * per_mac + numel(node) * table.fp32_loop
+    inputs = [numel(a) for a in node.all_input_nodes]
+    elements = max([numel(node), *inputs])  # a reduction reads more than it writes
     return elements, "element", elements * table.fp32_element(core, FP32_ARITHMETIC.get(name, ONE_ADD))
 
 
@@ -195,7 +189,7 @@ def op_cost(view: GraphView, node: Node, core: Core, table: CostTable | None = N
     if fp32 and name not in COPIES and name not in CONVERSIONS:
         work, unit, cycles = _fp32_cost(table, core, node, name)
     elif kind == Kind.SHAPE or name in COPIES:
-        elements = _numel(output_value(node))
+        elements = numel(node)
         size = _tensor(output_value(node))
         width = size.element_size() if size is not None else 1
         work, unit, cycles = elements, "element", elements * width * table.kernel(core, "copy").per_element
