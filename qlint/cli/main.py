@@ -118,7 +118,8 @@ def _output_options(check: argparse.ArgumentParser) -> None:
         "patch:PATH writes the kept channels-last remedy as a diff of each target's factory; "
         "model-explorer:DIR node data for each .pt2 to open in Model Explorer; "
         "memory-plot:PATH (.svg/.png) the live memory plan of each --fix, before and after the folds; "
-        "time-plot:PATH (.svg/.png) each program's costliest ops in the estimate, int8 and fp32; "
+        "time-plot:PATH (.svg/.png) each program's costliest ops in the estimate (or --profile), int8 and fp32; "
+        "profile-comparison:PATH (.csv/.json) with --profile, the estimate beside the measured cycles per operator; "
         "metrics:PATH each artifact's figures (SRAM, flash, fp32 work, coverage) as JSON, for --compare",
     )
 
@@ -131,6 +132,13 @@ def _lowering_options(check: argparse.ArgumentParser) -> None:
     check.add_argument("--board", metavar="NAME",
                        help="the board to estimate for: its CPU, clock and FPU (`qlint boards` lists them; "
                             "overrides the config's `board:`)")
+    check.add_argument("--profile", metavar="ETDUMP", type=Path,
+                       help="an ETDump ExecuTorch's runner recorded on the board with the one .pte checked (or the "
+                            ".pte --fix wrote from the one .pt2 checked): its measured cycles replace the estimate, "
+                            "set beside it per operator (docs/profiles.md)")
+    check.add_argument("--etrecord", metavar="FILE", type=Path,
+                       help="with --profile and a .pt2: the ETRecord --fix wrote beside the profiled .pte "
+                            "(default: <name>.etrecord beside the .pt2)")
     check.add_argument(
         "--lowering",
         choices=tuple(LoweringOrder),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -187,6 +187,23 @@ class Serialized(MemoryPlan):
     pte: bytes = b""
     constants: tuple[Contributor, ...] = ()  # the largest constants, by the module that reads them
     method_bytes: int = 0  # what loading it takes from the method allocator (`method_allocator_bytes`)
+    manager: Any = field(default=None, compare=False, repr=False)  # the ExecutorchProgramManager: its ETRecord
+
+
+def etrecord(program: Any, serialized: Serialized) -> bytes:
+    """The ETRecord of a written `.pte` (ExecuTorch's `generate_etrecord`): the edge program before
+    `to_executorch` and the map from each instruction to its nodes' debug handles, with which
+    ExecuTorch's Inspector ties a profile recorded on the device (ETDump) to the program's nodes."""
+    import io
+
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.devtools import generate_etrecord
+    from executorch.exir import EdgeProgramManager
+
+    edge = EdgeProgramManager({"forward": copy.deepcopy(program)}, compile_config=cortex_m_edge_compile_config())
+    written = io.BytesIO()
+    generate_etrecord(written, edge, serialized.manager)
+    return written.getvalue()
 
 
 def _to_executorch(program: Any, which: str, config: Any = None) -> Any:
@@ -221,7 +238,8 @@ def to_pte(program: Any, root: Path, which: str = "lowered") -> Serialized:
     shipped = executorch.exported_program()
     plan = _plan(shipped.graph_module, int(sum(plan_.non_const_buffer_sizes)), root)
     return Serialized(plan.arena_bytes, plan.peak, plan.timeline, plan.at_peak, pte=executorch.buffer,
-                      constants=constant_contributors(shipped, root), method_bytes=method_allocator_bytes(plan_))
+                      constants=constant_contributors(shipped, root), method_bytes=method_allocator_bytes(plan_),
+                      manager=executorch)
 
 
 class _Planned(Exception):

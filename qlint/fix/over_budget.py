@@ -27,6 +27,11 @@ LABEL = {"sram": "SRAM", "flash": "flash", "fp32_elements": "fp32 elements per i
 TIMED = ("cycles", "latency")   # named by the costliest ops; fp32_cycles by its islands
 
 
+def _label(key: str, figures: Figures) -> str:
+    """What the figure is called, saying whether its cycles were measured (`--profile`) or estimated."""
+    return LABEL[key].replace("estimated", "measured") if figures.measured_runs else LABEL[key]
+
+
 def _contributors(key: str, figures: Figures) -> tuple[Contributor, ...]:
     if key in TIMED:
         return figures.time[:5]
@@ -61,7 +66,7 @@ def over_limits(figures: Figures, resolved: Resolved, config: Config) -> list[Fi
     for key, limit in resolved.limits.items():
         value = getattr(figures, FIGURE[key])
         if value is None:
-            budget = f"{LABEL[key]} budget {show(key, limit.value)} ({limit.origin})"
+            budget = f"{_label(key, figures)} budget {show(key, limit.value)} ({limit.origin})"
             unclocked = key == "latency" and figures.cycles is not None
             why = "no board with a clock is set (`board:` or --board)" if unclocked else figures.measured
             message = f"{budget} cannot be checked: {why}"
@@ -73,7 +78,7 @@ def over_limits(figures: Figures, resolved: Resolved, config: Config) -> list[Fi
             continue
         side = "under its minimum" if key == "coverage" else "over its budget"
         by = limit.value - value if key == "coverage" else value - limit.value
-        message = (f"{LABEL[key]} {show(key, value)} {side} {show(key, limit.value)} by {show(key, by)} "
+        message = (f"{_label(key, figures)} {show(key, value)} {side} {show(key, limit.value)} by {show(key, by)} "
                    f"({limit.origin}); measured {figures.measured}{_contributor_text(key, figures)}")
         found.append(_finding(config, figures, key, message,
                               {"limit": limit.value, "measured": value, "origin": limit.origin}))
@@ -93,8 +98,9 @@ def over_growth(figures: Figures, base: dict[str, Any], resolved: Resolved, conf
             continue
         verb = "fell" if key == "coverage" else "grew"
         relative = f", {100 * change / before:+.1f}%" if before and key != "coverage" else ""
-        message = (f"{LABEL[key]} {verb} {show(key, before)} -> {show(key, value)} ({_signed(key, value - before)}"
-                   f"{relative}), past its growth budget {_growth_text(key, growth)} ({origin}); measured "
+        message = (f"{_label(key, figures)} {verb} {show(key, before)} -> {show(key, value)} "
+                   f"({_signed(key, value - before)}{relative}), past its growth budget "
+                   f"{_growth_text(key, growth)} ({origin}); measured "
                    f"{figures.measured}{_contributor_text(key, figures)}")
         found.append(_finding(config, figures, key, message, {
             "growth": str(growth), "before": before, "measured": value, "origin": origin}))

@@ -19,6 +19,7 @@ from torch.fx import Node
 
 from qlint.graph.islands import constant_fp32
 from qlint.graph.view import GraphView, Kind, base_name, numel, op_name, output_value
+from qlint.rules.records import ProfileRow
 from qlint.settings.config import Config
 from qlint.settings.cycles import Core, CostTable, cost_table, default_fpu
 
@@ -65,8 +66,11 @@ class OpCost:
 
 @dataclass
 class ProgramCost:
+    """Each op's cycles on one core: the estimate, or what a profile measured (`runs` > 0)."""
+
     core: Core
     ops: list[OpCost] = field(default_factory=list)
+    runs: int = 0   # 0: estimated; else the median of this many measured runs (`qlint.graph.profile`)
 
     # Every figure is a sum of whole cycles an op, so an island's, its nodes' and the program's add up.
     @property
@@ -212,3 +216,16 @@ def estimate(view: GraphView, core: Core) -> ProgramCost:
         if estimated is not None:
             cost.ops.append(estimated)
     return cost
+
+
+def compare(estimate: ProgramCost, measured: ProgramCost) -> tuple[ProfileRow, ...]:
+    """Per operator: calls, estimated and measured cycles, costliest measured first."""
+    rows: dict[str, list[int]] = {}
+    estimated = {o.node: round(o.cycles) for o in estimate.ops}
+    for op in measured.ops:
+        row = rows.setdefault(base_name(op.op) + (" (fp32)" if op.fp32 else ""), [0, 0, 0])
+        row[0] += 1
+        row[1] += estimated.get(op.node, 0)
+        row[2] += round(op.cycles)
+    return tuple(ProfileRow(op, calls, est, got) for op, (calls, est, got)
+                 in sorted(rows.items(), key=lambda item: (-item[1][2], item[0])))

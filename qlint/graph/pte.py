@@ -26,6 +26,7 @@ ExecuTorch's schema (`executorch/exir/schema.py`) and emitter:
 
 from __future__ import annotations
 
+import functools
 import operator as pyop
 from collections.abc import Callable
 from functools import cache
@@ -589,15 +590,19 @@ def _read(program: Any, budget: _Budget) -> tuple[Any, _PlanReader]:
     return GraphView(shim, trusted_shapes=True, graph_id=str(reader.plan.name)), reader
 
 
-def lint_pte(data: bytes, artifact: str, config: Config, measure: bool = False) -> Report:
+def lint_pte(data: bytes, artifact: str, config: Config, measure: bool = False, profile: bytes | None = None) -> Report:
     """Run the rules on the program a `.pte` ships (already lowered: nothing to lower); with `measure`,
-    its figures for budgets and metrics, from its own plan."""
+    its figures for budgets and metrics, from its own plan; with `profile` (an ETDump of this
+    `.pte`), cycles as the device measured them."""
     from qlint.graph.memory import method_allocator_bytes, peak_contributors
+    from qlint.graph.profile import measured_cost, read_profile
     from qlint.graph.rules import run_rules
 
     budget = _Budget(config.limits)  # what the file declares, then what its instructions read
     view, reader = _read(_load(data, budget), budget)
-    linted = run_rules(view, artifact, config)
+    measured = read_profile(profile, config.limits) if profile is not None else None
+    linted = run_rules(view, artifact, config, measure=None if measured is None else functools.partial(
+        measured_cost, view, reader.step_ops[1:], measured, str(reader.plan.name)))
     memory = reader.memory(artifact)
     report = Report(findings=linted.findings, stats=[linted.stats], memory=[memory] if memory is not None else [])
     if measure:

@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 from torch.fx import Node
 
 from qlint.graph.causes import cause_of
-from qlint.graph.cost import ProgramCost, core_of, estimate
+from qlint.graph.cost import ProgramCost, compare, core_of, estimate
 from qlint.graph.folds import Fold, Left, plan_region
 from qlint.graph.islands import (
     Coverage,
@@ -113,6 +113,7 @@ class Context:
             cycles = self.cost.of(n.name for n in fp32_by_node(self.view, region.island))
             finding.details["cycles"] = cycles
             finding.details["time_share"] = round(cycles / self.cost.cycles, 4)
+            finding.details["cycles_measured"] = bool(self.cost.runs)
             latency = self.cost.latency_ms(cycles)
             if latency is not None:
                 finding.details["latency_ms"] = round(latency, 6)
@@ -232,9 +233,10 @@ def low_coverage(context: Context) -> list[Finding]:
     by_cause = fp32_causes(context)
     main = f"; main cause ({by_cause[0][1]} ops): {by_cause[0][0]}" if by_cause else ""
     ops = f"{cov.total - cov.int_ops} of {cov.total} compute ops run in fp32 ({listed})"
-    time = f"{_percent_down(by_time)} of the estimated time is int8" if by_time is not None else ""
+    how = "measured" if cost is not None and cost.runs else "estimated"
+    time = f"{_percent_down(by_time)} of the {how} time is int8" if by_time is not None else ""
     threshold = f"{config.coverage_threshold * 100:g}%"
-    message = (f"int8 share of the estimated time {_percent_down(by_time or 0.0)} < {threshold}: {ops}{main}" if timed
+    message = (f"int8 share of the {how} time {_percent_down(by_time or 0.0)} < {threshold}: {ops}{main}" if timed
                else f"int8 coverage {_percent_down(cov.ratio)} < {threshold}: {ops}{'; ' + time if time else ''}{main}")
     return [
         context.factory.finding(
@@ -337,7 +339,8 @@ def costliest(view: GraphView, cost: ProgramCost, root: Path, shown: int = 20) -
     ops = sorted(cost.ops, key=lambda o: (-o.cycles, o.node))[:shown]
     return tuple(Contributor(o.node, round(o.cycles),
                              f"{base_name(o.op)}, {o.work:,} {o.unit}s{', fp32' if o.fp32 else ''}",
-                             locate(nodes[o.node].meta.get("stack_trace"), root)) for o in ops)
+                             locate(nodes[o.node].meta.get("stack_trace"), root) if o.node in nodes else None)
+                 for o in ops)
 
 
 def _percent_down(ratio: float) -> str:
@@ -354,6 +357,7 @@ def run_rules(
     verbose: bool = False,
     evaluations: Evaluations | None = None,
     values_verified: bool = False,
+    measure: Callable[[ProgramCost], ProgramCost] | None = None,
 ) -> Linted:
     """Run the enabled rules on one program (the quantized one when lowering failed).
 
@@ -361,10 +365,13 @@ def run_rules(
     the same graph (the fixed program keeps the nodes it did not fold).
     `values_verified`: the program's values were checked already (a fix's, verified
     bit for bit against a program that passed the value check), so QL007 checks dtypes only.
+    `measure`: the cycles a profile of this program measured, given the estimate: they replace it in
+    every figure, and the report sets the two side by side (`qlint.graph.profile`).
     """
     region_codes = {r.code for r in enabled_rules(Scope.REGION, config)}
     analysis = analyse(view, config, region_codes, evaluations)
-    cost = estimate(view, core_of(config)) if view.lowered and failure is None else None
+    estimated = estimate(view, core_of(config)) if view.lowered and failure is None else None
+    cost = measure(estimated) if measure is not None and estimated is not None else estimated
     context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose, values_verified, cost)
     findings: list[Finding] = []
     if failure is not None:
@@ -390,6 +397,8 @@ def run_rules(
         core=cost.core.describe() if cost else "",
         costliest=costliest(view, cost, config.root) if cost else (),
         node_cycles=graph_nodes(view, cost.by_node(view)) if cost else {},
+        measured_runs=cost.runs if cost else 0,
+        profile=compare(estimated, cost) if cost and estimated and cost.runs else (),
     )
     return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure)
 

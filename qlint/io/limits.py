@@ -50,6 +50,7 @@ class Limits:
     memory_mb: float = 4096     # what such a child process may allocate on top of the loaded stack
     pte_instructions: float = 100_000  # instructions a .pte runs, counted before it is decoded
     pte_entries: float = 500_000       # tables a .pte declares (values, instructions, ...) + values they read
+    profile_entries: float = 200_000  # events, tables and vector items an ETDump (--profile) decodes to
 
     @property
     def file_bytes(self) -> int:

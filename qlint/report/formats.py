@@ -102,7 +102,8 @@ def _finding_lines(group: list[Finding], quiet: bool) -> list[str]:
 
 
 def time_line(group: list[Finding]) -> str:
-    """`est. 22,100 cycles (0.18 ms), 5.0% of the artifact's time` for the group's islands, if estimated."""
+    """`est. 22,100 cycles (0.18 ms), 5.0% of the artifact's time` for the group's islands, if priced
+    (`measured` instead of `est.` when a profile measured them)."""
     priced = [g for g in group if "cycles" in g.details]
     if not priced:
         return ""
@@ -110,7 +111,8 @@ def time_line(group: list[Finding]) -> str:
     share = sum(float(g.details["time_share"]) for g in priced)
     ms = [float(g.details["latency_ms"]) for g in priced if "latency_ms" in g.details]
     at_clock = f" ({sum(ms):.3g} ms)" if len(ms) == len(priced) else ""
-    return f"est. {cycles:,} cycles{at_clock}, {share:.1%} of the artifact's time"
+    how = "measured" if all(g.details.get("cycles_measured") for g in priced) else "est."
+    return f"{how} {cycles:,} cycles{at_clock}, {share:.1%} of the artifact's time"
 
 
 def text(report: Report, *, quiet: bool = False) -> str:
@@ -122,6 +124,8 @@ def text(report: Report, *, quiet: bool = False) -> str:
     for summary in report.fixes:
         lines.extend(fix_lines(summary))
     lines.extend(memory_line(plan) for plan in report.memory)
+    for stats in report.stats:
+        lines.extend(profile_lines(stats))
     if report.compared is not None:
         from qlint.report.metrics import delta_lines
 
@@ -231,13 +235,33 @@ def remedy_lines(remedied: RemedyReport) -> list[str]:
 
 
 def estimated_time(stats: ArtifactStats) -> str:
-    """`2.31 ms (38%)` at the board's clock, else `445k cycles (38%)`: the estimate and its fp32 share."""
+    """`2.31 ms (38%)` at the board's clock, else `445k cycles (38%)`: the estimate and its fp32 share
+    (`, measured` after it when a profile measured it)."""
     if stats.cycles is None:
         return "-"
     share = f" ({stats.fp32_cycles / stats.cycles:.0%})" if stats.cycles and stats.fp32_cycles is not None else ""
+    how = ", measured" if stats.measured_runs else ""
     if stats.latency_ms is not None:
-        return f"{stats.latency_ms:.3g} ms{share}"
-    return f"{stats.cycles / 1000:,.0f}k cycles{share}" if stats.cycles >= 1000 else f"{stats.cycles} cycles{share}"
+        return f"{stats.latency_ms:.3g} ms{share}{how}"
+    amount = f"{stats.cycles / 1000:,.0f}k cycles" if stats.cycles >= 1000 else f"{stats.cycles} cycles"
+    return f"{amount}{share}{how}"
+
+
+def profile_lines(stats: ArtifactStats) -> list[str]:
+    """A profiled program's operators: the estimate beside the measurement, costliest measured first."""
+    if not stats.profile:
+        return []
+    runs = f"{stats.measured_runs} run{'s' if stats.measured_runs != 1 else ''}"
+    rows = [[row.op, row.calls, f"{row.estimated:,}", f"{row.measured:,}",
+             f"{row.ratio:.2f}x" if row.ratio is not None else "-"] for row in stats.profile]
+    total = sum(r.estimated for r in stats.profile)
+    comparable = total and all(r.estimated for r in stats.profile)  # else some of the time has no estimate
+    rows.append(["(all)", sum(r.calls for r in stats.profile), f"{total:,}", f"{stats.cycles or 0:,}",
+                 f"{(stats.cycles or 0) / total:.2f}x" if comparable else "-"])
+    table = tabulate(rows, headers=["operator", "calls", "estimated cycles", "measured cycles", "measured/estimated"],
+                     tablefmt="simple", disable_numparse=True, colalign=("left", "right", "right", "right", "right"))
+    return [f"{stats.artifact}: measured on the device (median of {runs}) beside the estimate for {stats.core}:",
+            *("  " + line for line in table.splitlines())]
 
 
 def summary_table(report: Report, fmt: str = "simple", name: Callable[[str], str] = printable) -> str:
@@ -256,7 +280,7 @@ def summary_table(report: Report, fmt: str = "simple", name: Callable[[str], str
         for s in report.stats
     ]
     headers = ["artifact", "nodes", "int8 kernels", "fp32 islands", "fp32 elements", "coverage", "lowered",
-               "est. time (fp32)"]
+               "time (fp32)" if any(s.measured_runs for s in report.stats) else "est. time (fp32)"]
     return tabulate(rows, headers=headers, tablefmt=fmt)
 
 
@@ -421,7 +445,8 @@ def markdown(report: Report, attachments: Sequence[str] = ()) -> str:
             ]
             for f in by_cost(report.findings)
         ]
-        headers = ["code", "severity", "artifact", "source", "message", "est. time"]
+        measured = any(f.details.get("cycles_measured") for f in report.findings)
+        headers = ["code", "severity", "artifact", "source", "message", "time" if measured else "est. time"]
         lines += [tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True), ""]
     for remedied in report.remedies:
         lines += [*markdown_fence([printable(line) for line in remedy_lines(remedied)]), ""]
@@ -429,6 +454,9 @@ def markdown(report: Report, attachments: Sequence[str] = ()) -> str:
         lines += [*markdown_fence([printable(line) for line in fix_lines(fix)]), ""]
     if report.memory:
         lines += [*markdown_fence([printable(memory_line(plan)) for plan in report.memory]), ""]
+    for stats in report.stats:
+        if stats.profile:
+            lines += [*markdown_fence([printable(line) for line in profile_lines(stats)]), ""]
     if report.compared is not None:
         from qlint.report.metrics import delta_markdown
 

@@ -81,6 +81,7 @@ def deltas(report: Report, base: dict[str, dict[str, Any]]) -> list[Delta]:
     return [Delta(name, base.get(name), now.get(name)) for name in names]
 
 
+TIMED = ("cycles", "fp32_cycles", "latency")  # figures a profile measures (else estimated)
 _SHOWN = {"fp32_islands": "fp32_islands", "fp32_elements": "fp32_elements", "coverage": "coverage",
           "arena_bytes": "sram", "live_peak_bytes": "sram", "method_allocator_bytes": "sram", "sram_bytes": "sram",
           "flash_bytes": "flash", "cycles": "cycles", "fp32_cycles": "fp32_cycles", "latency_ms": "latency"}
@@ -115,7 +116,9 @@ def delta_rows(found: list[Delta]) -> list[list[str]]:
             rows.append([delta.artifact, "(new)", "", "", ""])
         elif delta.after is None:
             rows.append([delta.artifact, "(removed)", "", "", ""])
-        rows += [[delta.artifact, key, _cell(key, b), _cell(key, a), _difference(key, b, a)]
+        measured = any((side or {}).get("cycles_measured_runs") for side in (delta.before, delta.after))
+        rows += [[delta.artifact, f"{key} (measured)" if measured and _SHOWN[key] in TIMED else key,
+                  _cell(key, b), _cell(key, a), _difference(key, b, a)]
                  for key, b, a in delta.changed()]
     return rows
 
@@ -138,3 +141,24 @@ def delta_markdown(found: list[Delta], base: str) -> str:
              "|---|---|---|---|---|"]
     lines += [f"| {markdown_text(row[0])} | " + " | ".join(row[1:]) + " |" for row in rows]  # the name is an input's
     return "\n".join(lines)
+
+
+def profile_comparison(report: Report, suffix: str) -> str:
+    """`--write profile-comparison:FILE` (.csv or .json): each profiled program's operators with the
+    estimate beside the measured cycles, for an issue report on the cost model."""
+    rows = [{"artifact": s.artifact, "core": s.core, "runs": s.measured_runs, "operator": r.op, "calls": r.calls,
+             "estimated_cycles": r.estimated, "measured_cycles": r.measured,
+             "measured_over_estimated": None if r.ratio is None else round(r.ratio, 4)}
+            for s in report.stats for r in s.profile]
+    if suffix == ".json":
+        return json.dumps({"schema": 1, "rows": rows}, indent=2) + "\n"
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["artifact"], lineterminator="\n")
+    writer.writeheader()
+    for row in rows:  # a cell a spreadsheet would run as a formula starts with a quote
+        writer.writerow({k: f"'{v}" if isinstance(v, str) and v[:1] in ("=", "+", "-", "@") else v
+                         for k, v in row.items()})
+    return out.getvalue()

@@ -71,7 +71,7 @@ def overlay_files(report: Report) -> dict[str, str]:
         files[stem + FINDINGS_SUFFIX] = ModelNodeData(graphsData={stats.graph: rules}).to_json_string(indent=2)
         if stats.node_cycles:
             time = GraphNodeData(
-                name=f"qlint: estimated cycles ({stats.core})",
+                name=f"qlint: {'measured' if stats.measured_runs else 'estimated'} cycles ({stats.core})",
                 results={node: NodeDataResult(value=value) for node, value in stats.node_cycles.items()},
                 gradient=[GradientItem(stop=0, bgColor="#e3f0fb"), GradientItem(stop=1, bgColor="#1b3a6b")],
             )

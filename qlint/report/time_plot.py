@@ -1,8 +1,9 @@
-"""The estimate as a picture: for each checked program, its costliest ops as bars, int8 and fp32 apart.
+"""The time as a picture: for each checked program, its costliest ops as bars, int8 and fp32 apart.
 
 One panel per artifact, the ops that take the most of the estimated time (`ArtifactStats.costliest`,
 the ones a latency budget names), each labelled with its op and model source line, in milliseconds at
-the board's clock or in cycles without one. The figures are the report's own.
+the board's clock or in cycles without one. The figures are the report's own: measured when a
+profile was given (`--profile`), and the title says which.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def _draw(ax: Any, stats: ArtifactStats) -> None:
                     xytext=(4, 0), va="center", fontsize=8)
     total = f"{stats.latency_ms:.3g} ms" if stats.latency_ms else f"{stats.cycles:,} cycles"
     share = f"{100 * (stats.fp32_cycles or 0) / stats.cycles:.0f}%"
-    ax.set_title(f"{plain(stats.artifact)}: estimated {total}\non {stats.core}, {share} on float values (red)",
+    how = f"measured (median of {stats.measured_runs} runs)" if stats.measured_runs else "estimated"
+    ax.set_title(f"{plain(stats.artifact)}: {how} {total}\non {stats.core}, {share} on float values (red)",
                  fontsize=9)
-    ax.set_xlabel("estimated milliseconds" if per_ms else "estimated cycles")
+    ax.set_xlabel(f"{how.split()[0]} {'milliseconds' if per_ms else 'cycles'}")
     ax.set_xlim(0, max(values) * 1.15)  # room for the share labels

@@ -62,6 +62,21 @@ class Finding:
         return data
 
 
+@dataclass(frozen=True)
+class ProfileRow:
+    """One operator of a profiled program: how many calls, and their cycles as estimated and measured."""
+
+    op: str
+    calls: int
+    estimated: int
+    measured: int
+
+    @property
+    def ratio(self) -> float | None:
+        """Measured over estimated: above 1, the estimate is short."""
+        return self.measured / self.estimated if self.estimated else None
+
+
 @dataclass
 class ArtifactStats:
     """Per-artifact numbers for the summary table."""
@@ -81,6 +96,8 @@ class ArtifactStats:
     core: str = ""                    # what the estimate is for (`Core.describe`)
     costliest: tuple[Contributor, ...] = ()  # the ops that take the most of the estimate, costliest first
     node_cycles: dict[str, int] = field(default_factory=dict)  # by the checked program's node ids (Model Explorer)
+    measured_runs: int = 0            # 0: the cycles are estimated; else the median of this many runs of a profile
+    profile: tuple[ProfileRow, ...] = ()  # with a profile: the estimate beside the measurement, per operator
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -206,6 +223,7 @@ class Figures:
     fp32_cycles: int | None = None
     latency_ms: float | None = None     # at the board's clock
     time: tuple[Contributor, ...] = ()  # the costliest ops (cycles)
+    measured_runs: int = 0              # 0: cycles estimated; else measured, the median of this many runs
 
     METRICS = ("fp32_islands", "fp32_elements", "coverage", "arena_bytes", "live_peak_bytes",
                "method_allocator_bytes", "sram_bytes", "flash_bytes", "cycles", "fp32_cycles", "latency_ms")
@@ -217,7 +235,14 @@ class Figures:
         fp32 work of the measured program (its `stats` and `findings`)."""
         return cls(artifact, measured, dict(Counter(f.code for f in checked)), stats.fp32_islands,
                    stats.fp32_elements, stats.coverage, fp32=Contributor.islands(findings), cycles=stats.cycles,
-                   fp32_cycles=stats.fp32_cycles, latency_ms=stats.latency_ms, time=stats.costliest)
+                   fp32_cycles=stats.fp32_cycles, latency_ms=stats.latency_ms, time=stats.costliest,
+                   measured_runs=stats.measured_runs)
+
+    def timed_by(self, stats: ArtifactStats) -> None:
+        """The time figures of `stats` in place of these: a profile measured the program these
+        figures are of (the `.pte` `--fix` writes), through the lint of the program it came from."""
+        self.cycles, self.fp32_cycles, self.latency_ms = stats.cycles, stats.fp32_cycles, stats.latency_ms
+        self.time, self.measured_runs = stats.costliest, stats.measured_runs
 
     def with_memory(self, arena: int, live_peak: int | None, flash: int, method_bytes: int,
                     at_peak: tuple[Contributor, ...], constants: tuple[Contributor, ...]) -> None:
@@ -232,7 +257,7 @@ class Figures:
     def to_dict(self) -> dict[str, Any]:
         """The figures `--write metrics:` and `--compare` exchange (contributors are the report's)."""
         return {"measured": self.measured, "findings": dict(sorted(self.findings.items())),
-                **{key: getattr(self, key) for key in self.METRICS}}
+                **{key: getattr(self, key) for key in self.METRICS}, "cycles_measured_runs": self.measured_runs}
 
 
 @dataclass(frozen=True)

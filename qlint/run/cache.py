@@ -54,7 +54,7 @@ from qlint.rules.table import Code
 from qlint.settings.config import Config, Target
 from qlint.settings.options import RunOptions
 
-SCHEMA = 4
+SCHEMA = 5
 KEY_FILE = "signing-key"
 KEY_BYTES = 32
 MAGIC = b"qlint-cache "  # then the entry's signature in hex, a newline and its JSON
@@ -256,7 +256,10 @@ def _report(data: Any, artifact: str) -> Report | None:
         return None
     row = data["stats"][0]
     costliest = _contributors(row.get("costliest")) if isinstance(row, dict) else None
-    stats = _record(ArtifactStats, row, costliest=costliest) if costliest is not None else None
+    # A profiled run is never cached (`RunOptions.profile`): an entry's cycles are estimated.
+    estimated = isinstance(row, dict) and row.get("profile") == [] and row.get("measured_runs") == 0
+    stats = _record(ArtifactStats, row, costliest=costliest, profile=()) if costliest is not None and estimated \
+        else None
     findings = [_finding(item) for item in data["findings"]]
     memory = [_plan_memory(item) for item in data["memory"]]
     if stats is None or stats.artifact != artifact or any(f is None or f.artifact != artifact for f in findings):

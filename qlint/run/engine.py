@@ -6,16 +6,18 @@ owns discovery, the cache, shards, child processes and writing fixes.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import functools
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qlint.fix.over_budget import figure_findings
-from qlint.io.reads import CONFIGURED, ReadError, first_line, shown_path
+from qlint.io.reads import CONFIGURED, ReadError, first_line, printable, shown_path
 from qlint.rules.records import InputError, Report
 from qlint.run.cache import Cache
 from qlint.settings.config import Config, RemedyName, Target
@@ -152,13 +154,28 @@ def _measured_fix(report: Report, artifact: str, result: FixResult, options: Run
         report.figures.append(figures)
 
 
+# What `--fix` writes beside `<name>.pte`: its ETRecord, for ExecuTorch's Inspector and `--profile`.
+ETRECORD_SUFFIX = ".etrecord"
+
+
 def record_fix(report: Report, result: FixResult, artifact: str, destination: Path) -> None:
     """Write a verified fix's .pte (none for a dry run) and add its findings and summary to the report."""
+    from qlint.fix.apply import etrecord
     from qlint.io.writes import write_atomic
 
     if result.pte is not None:
+        record = destination.with_suffix(ETRECORD_SUFFIX)
+        try:
+            recorded = etrecord(result.program, result.serialized) if result.serialized is not None else None
+        except Exception as exc:  # ExecuTorch could not record the program it serialized: write neither
+
+            report.errors.append(InputError(artifact, f"cannot record the ETRecord of the fixed program, nothing "
+                                                      f"written: {type(exc).__name__}: {first_line(exc)}"))
+            return
         try:
             write_atomic(destination, result.pte)
+            if recorded is not None:
+                write_atomic(record, recorded)
         except OSError as exc:
             report.errors.append(InputError(artifact, f"cannot write {display(destination)}: {exc.strerror or exc}"))
             return
@@ -184,7 +201,7 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Cache | No
         data = read_input(path, config.limits.file_bytes, "artifact", CONFIGURED)
     except ReadError as exc:
         return Report(errors=[InputError(artifact, str(exc))])
-    key = cache.key(data, artifact) if cache is not None and options.fix is None else None
+    key = cache.key(data, artifact) if cache is not None and options.fix is None and options.profile is None else None
     hit = cache.get(key, artifact) if cache is not None and key is not None else None
     if hit is not None:
         return hit
@@ -260,14 +277,59 @@ def _lint_pt2(path: Path, data: bytes, artifact: str, config: Config, options: R
 
     report = Report()
     program = read_pt2(data, config.limits)
-    _lint_or_fix(report, program, artifact, config, options, path.parent, path.stem, sample_inputs(program), [])
+    with _profile_errors(options):
+        measure = _through_etrecord(path, config, options) if options.profile is not None else None
+        _lint_or_fix(report, program, artifact, config, options, path.parent, path.stem, sample_inputs(program), [],
+                     measure)
     return report
 
 
 def _lint_pte(path: Path, data: bytes, artifact: str, config: Config, options: RunOptions) -> Report:
     from qlint.graph.pte import lint_pte
 
-    return lint_pte(data, artifact, config, options.measure)
+    with _profile_errors(options):
+        return lint_pte(data, artifact, config, options.measure, _input(options.profile, "ETDump", config))
+
+
+def _input(path: str | None, what: str, config: Config) -> bytes | None:
+    """The bytes of a file the run was given besides the artifact (bounded like one), None without one."""
+    from qlint.graph.profile import ProfileError
+    from qlint.io.reads import read_input
+
+    if path is None:
+        return None
+    try:
+        return read_input(Path(path), config.limits.file_bytes, what, CONFIGURED)
+    except ReadError as exc:
+        raise ProfileError(f"{printable(path)}: {exc}") from None
+
+
+def _through_etrecord(path: Path, config: Config, options: RunOptions) -> Callable[..., Any]:
+    """How a `.pt2`'s lowering is measured by a profile of the `.pte` `--fix` wrote from it: through
+    that fix's ETRecord (`--etrecord`, else `<name>.etrecord` beside the `.pt2`, where `--fix` writes it)."""
+    from qlint.graph.profile import ProfileError, measured_through, read_etrecord, read_profile
+
+    etrecord = options.etrecord or str(path.with_suffix(ETRECORD_SUFFIX))
+    if not Path(etrecord).exists() and options.etrecord is None:
+        raise ProfileError(f"a profile of a .pt2 maps to it through the ETRecord `qlint check --fix` wrote; "
+                           f"{printable(etrecord)} does not exist (--etrecord FILE)")
+    record = read_etrecord(_input(etrecord, "ETRecord", config) or b"", config.limits)
+    profile = read_profile(_input(options.profile, "ETDump", config) or b"", config.limits)
+    return functools.partial(measured_through, profile, record)
+
+
+@contextlib.contextmanager
+def _profile_errors(options: RunOptions) -> Iterator[None]:
+    """A profile (or ETRecord) that cannot be read, or is of another program: one line naming it."""
+    from qlint.graph.profile import ProfileError, ProfileMismatch
+
+    named = f"profile {printable(str(options.profile))}"
+    try:
+        yield
+    except ProfileMismatch as exc:
+        raise ReadError(f"{named} is not of this program: {exc}") from None
+    except ProfileError as exc:
+        raise ReadError(f"{named}: {exc}") from None
 
 
 # The artifact kinds qlint reads, by suffix: the one place a suffix decides anything.
@@ -338,12 +400,14 @@ def target_remedies(target: Target, config: Config, options: RunOptions) -> tupl
 
 
 def _lint_or_fix(report: Report, program: Any, artifact: str, config: Config, options: RunOptions,
-                 folder: Path, stem: str, example: tuple[Any, ...] | None, extra: list[tuple[Any, ...]]) -> None:
-    """The step files and targets share: lint a quantized program, or fix it into `<stem>.pte`."""
+                 folder: Path, stem: str, example: tuple[Any, ...] | None, extra: list[tuple[Any, ...]],
+                 measured: Callable[..., Any] | None = None) -> None:
+    """The step files and targets share: lint a quantized program, or fix it into `<stem>.pte`
+    (`measured`: cycles a profile measured, `lint_program`'s `measure`)."""
     if options.fix is None:
         from qlint.graph.lint import lint_program
 
-        linted = lint_program(program, artifact, config, options)
+        linted = lint_program(program, artifact, config, options, measure=measured)
         report.findings.extend(linted.findings)
         report.stats.append(linted.stats)
         if options.measure:
@@ -351,7 +415,10 @@ def _lint_or_fix(report: Report, program: Any, artifact: str, config: Config, op
             from qlint.fix.measure import measure
 
             inputs = verification_inputs(example, extra)
-            report.figures.append(measure(program, linted, artifact, config, inputs, options))
+            figures = measure(program, linted, artifact, config, inputs, options)
+            if linted.stats.measured_runs:
+                figures.timed_by(linted.stats)
+            report.figures.append(figures)
         return
     from qlint.fix.apply import output_path, verification_inputs
 

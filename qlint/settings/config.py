@@ -569,7 +569,7 @@ fold:
 
 # What one input may cost; over a limit it is an error naming the input (exit 2).
 # limits: {file_mb: 64, entry_mb: 32, tensor_mb: 256, graph_objects: 400000, timeout_s: 900, memory_mb: 4096,
-#          pte_instructions: 100000, pte_entries: 500000}
+#          pte_instructions: 100000, pte_entries: 500000, profile_entries: 200000}
 
 # Model factories checked without artifacts: `package.module:function` returning
 # (module, example_inputs) or (module, example_inputs, calibration_inputs).

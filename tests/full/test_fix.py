@@ -262,7 +262,7 @@ def test_cli_fix_writes_next_to_input_and_never_touches_it(
     assert digest(source) == before
     assert (tmp_path / "attention.pte").stat().st_size > 0
     assert "fixed -> " in out and "verified bit-exact on 9 inputs" in out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.pt2", "attention.pte"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.etrecord", "attention.pt2", "attention.pte"]
 
 
 def test_diff_writes_nothing(pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

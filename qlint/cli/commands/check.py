@@ -86,6 +86,14 @@ def _option_error(args: argparse.Namespace) -> str | None:
                "drop --static"
     if args.unsafe_fixes and not (args.fix or args.diff):
         return "--unsafe-fixes needs --fix or --diff"
+    if args.profile is not None and (len(args.paths) != 1 or Path(args.paths[0]).suffix not in (".pte", ".pt2")
+                                     or args.static or args.fix or args.diff or args.targets_only):
+        return ("--profile reads an ETDump of one program: give the one .pte it was recorded with (or the .pt2 "
+                "`--fix` wrote it from), no --static or --fix")
+    if args.etrecord is not None and (args.profile is None or Path(args.paths[0]).suffix != ".pt2"):
+        return "--etrecord maps a --profile to the .pt2 it was fixed from: give one .pt2 and --profile"
+    if args.profile is None and any(kind == "profile-comparison" for kind, _ in args.write):
+        return "--write profile-comparison: needs --profile"
     return None
 
 
@@ -126,7 +134,9 @@ def _run_options(args: argparse.Namespace, config: Config) -> RunOptions | None:
     measure = (config.budgets.any or any(t.budgets is not None for t in config.targets)
                or args.compare is not None or any(fmt == "metrics" for fmt, _ in args.write))
     return RunOptions(order=LoweringOrder(args.lowering), verbose=args.verbose, fix=fix, static=args.static,
-                      measure=measure and not args.static)
+                      measure=measure and not args.static,
+                      profile=None if args.profile is None else str(args.profile),
+                      etrecord=None if args.etrecord is None else str(args.etrecord))
 
 
 # Select the inputs.
@@ -378,6 +388,16 @@ def _write_metrics(report: Report, path: Path, config: Config, written: list[Pat
     return None
 
 
+def _write_profile_comparison(report: Report, path: Path, config: Config, written: list[Path]) -> str | None:
+    from qlint.io.writes import write_atomic
+    from qlint.report.metrics import profile_comparison
+
+    if path.suffix.lower() not in (".csv", ".json"):
+        return "profile-comparison: is written as .csv or .json"
+    write_atomic(path, profile_comparison(report, path.suffix.lower()).encode())
+    return None
+
+
 # What each `--write KIND:PATH` writes: a function (report, path, config, files written so far) ->
 # why it failed, or None. Every kind the parser accepts has one (`cli.main.WRITTEN_FORMATS`).
 Writer = Callable[["Report", Path, "Config", list[Path]], "str | None"]
@@ -385,6 +405,7 @@ WRITERS: dict[str, Writer] = {
     **{fmt: _report_writer(fmt) for fmt in OUTPUT_FORMATS[1:] if fmt != "markdown"},
     "markdown": _write_markdown, "model-explorer": _write_model_explorer, "memory-plot": _write_memory_plot,
     "patch": _write_patch, "metrics": _write_metrics, "time-plot": _write_time_plot,
+    "profile-comparison": _write_profile_comparison,
 }
 
 

@@ -1,0 +1,299 @@
+"""Measured on the board: an ETDump of a `.pte` puts the device's cycles on the program's ops.
+
+The profiles here are built as ExecuTorch's runtime writes them (`Method::execute`: one "Execute"
+block a run, an `OPERATOR_CALL`/`MOVE_CALL`/`FREE_CALL` event an instruction with its chain and
+index, size-prefixed, file identifier `ED00`), from ExecuTorch's `schema_flatcc` dataclasses with
+the `flatc` its wheel ships, and ExecuTorch's Inspector reads them too.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli, run_json
+
+KINDS = {"KernelCall": "OPERATOR_CALL", "MoveCall": "MOVE_CALL", "FreeCall": "FREE_CALL"}
+Cycles = Callable[[int, int], int]  # (run, instruction) -> cycles
+
+
+def instructions(pte: Path) -> list[str]:
+    """The plan's instruction kinds, in order, as ExecuTorch's deserializer reads them."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte.read_bytes()).program
+    return [type(i.instr_args).__name__ for i in program.execution_plan[0].chains[0].instructions]
+
+
+def profile_event(name: str, chain: int, index: int, start: int, end: int) -> Any:
+    from executorch.devtools.etdump import schema_flatcc as schema
+
+    return schema.Event(
+        profile_event=schema.ProfileEvent(name=name, chain_index=chain, instruction_id=index, delegate_debug_id_int=-1,
+                                          delegate_debug_id_str=None, delegate_debug_metadata=None,
+                                          start_time=start, end_time=end),
+        allocation_event=None, debug_event=None)
+
+
+def runs_of(kinds: list[str], cycles: Cycles, runs: int, start: int = 5_000) -> list[list[Any]]:
+    """Each run's events as the runtime records them: `Method::execute` around the instructions."""
+    made = []
+    for run in range(runs):
+        clock, events = start, []
+        for index, kind in enumerate(kinds):
+            took = cycles(run, index)
+            events.append(profile_event(KINDS[kind], 0, index, clock, clock + took))
+            clock += took + 7  # the runtime's own work between instructions
+        made.append([profile_event("Method::execute", -1, 0, start - 3, clock + 3), *events])
+    return made
+
+
+def etdump(runs: list[list[Any]]) -> bytes:
+    """The ETDump flatbuffer of `runs`, size-prefixed as ETDumpGen writes it, by ExecuTorch's flatc."""
+    import importlib.resources
+    import tempfile
+
+    import executorch.devtools.etdump as package
+    from executorch.devtools.etdump import schema_flatcc as schema
+    from executorch.devtools.etdump.serialize import _serialize_from_etdump_to_json
+    from executorch.exir._serialize._flatbuffer import _get_flatc_path
+
+    blocks = [schema.RunData(name="Execute", bundled_input_index=-1, allocators=None, events=events) for events in runs]
+    document = _serialize_from_etdump_to_json(schema.ETDumpFlatCC(version=0, run_data=blocks))
+    with tempfile.TemporaryDirectory() as folder:
+        for name in ("etdump_schema_flatcc.fbs", "scalar_type.fbs"):
+            (Path(folder) / name).write_bytes((importlib.resources.files(package) / name).read_bytes())
+        (Path(folder) / "run.json").write_text(document)
+        subprocess.run([_get_flatc_path(), "--binary", "--size-prefixed", "-o", folder,
+                        f"{folder}/etdump_schema_flatcc.fbs", f"{folder}/run.json"], check=True)
+        return (Path(folder) / "run.etdp").read_bytes()
+
+
+def varied(run: int, index: int) -> int:
+    """A different figure for every instruction and run, the middle run the median."""
+    return 1_000 + 37 * index + (0, 500, 90)[run % 3]
+
+
+def test_fix_writes_an_etrecord_that_ties_a_profile_to_the_program(
+        pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--fix` writes `<name>.etrecord` beside `<name>.pte`; ExecuTorch's Inspector reads it with a profile of
+    that `.pte` and ties the profiled instructions to the program's debug handles; qlint's measured cycles
+    are the sum of the operator calls, each the median of the runs."""
+    from executorch.devtools import Inspector
+    from executorch.devtools.inspector import TimeScale
+
+    code, _, _ = run_cli(["check", "--fix", "--no-cache", "--output-dir", str(tmp_path),
+                          str(pt2_dir("make_attention"))], capsys)
+    pte, record = tmp_path / "attention.pte", tmp_path / "attention.etrecord"
+    assert code == 0 and pte.exists() and record.exists()
+    kinds = instructions(pte)
+    profile = tmp_path / "run.etdump"
+    profile.write_bytes(etdump(runs_of(kinds, varied, 3)))
+
+    inspector = Inspector(etdump_path=str(profile), etrecord=str(record), source_time_scale=TimeScale.CYCLES,
+                          target_time_scale=TimeScale.CYCLES)
+    [block] = inspector.event_blocks
+    calls = [e for e in block.events if e.name == "OPERATOR_CALL"]
+    assert len(calls) == kinds.count("KernelCall")
+    assert [list(e.perf_data.raw) for e in calls] == [[float(varied(r, i)) for r in range(3)]
+                                                      for i, k in enumerate(kinds) if k == "KernelCall"]
+    assert any(e.debug_handles for e in calls)  # the ETRecord maps instructions to the program's nodes
+
+    code, data = run_json(["check", str(pte), "--profile", str(profile)], capsys)
+    [stats] = data["artifacts"]
+    medians = [1_000 + 37 * i + 90 for i, k in enumerate(kinds) if k == "KernelCall"]
+    assert code == 0 and stats["cycles"] == sum(medians) and stats["measured_runs"] == 3
+    assert sum(row["measured"] for row in stats["profile"]) == stats["cycles"]
+    assert sum(row["calls"] for row in stats["profile"]) == len(medians)
+
+    # The .pt2 the .pte was fixed from, through the ETRecord: the same total, on its nodes and source lines.
+    source = pt2_dir("make_attention")
+    code, data = run_json(["check", str(source), "--profile", str(profile), "--etrecord", str(record)], capsys)
+    [stats] = data["artifacts"]
+    assert code == 1 and stats["cycles"] == sum(medians) and stats["measured_runs"] == 3
+    handles = json.loads(__import__("zipfile").ZipFile(record).read("debug_handle_map"))["forward"]
+    matmuls = [c for c in stats["costliest"] if c["what"].startswith("quantized_batch_matmul")]
+    assert sorted(c["amount"] for c in matmuls) == sorted(
+        1_090 + 37 * int(i) for i in handles if kinds[int(i)] == "KernelCall" and int(i) in (5, 9))
+    assert all(c["location"] and c["location"]["path"].endswith("models.py") for c in matmuls)
+    [ql001] = [f for f in data["findings"] if f["code"] == "QL001"]
+    assert ql001["details"]["cycles"] == 0 and ql001["details"]["cycles_measured"]  # folded in the profiled .pte
+    unplaced = [row for row in stats["profile"] if row["op"] == "an instruction of no node of the checked program"]
+    assert sum(r["calls"] for r in unplaced) == len(medians) - sum(1 for i in handles if kinds[int(i)] == "KernelCall")
+
+    # An ETRecord of another program, and none at all, are one line each.
+    other = tmp_path / "other"
+    run_cli(["check", "--fix", "--no-cache", "--output-dir", str(other), str(pt2_dir("make_pool"))], capsys)
+    line = _refused(["check", str(source), "--profile", str(profile), "--etrecord",
+                     str(other / "pool.etrecord")], capsys)
+    assert f"profile {profile} is not of this program: " in line and "debug handle" in line, line
+    assert "does not exist (--etrecord FILE)" in _refused(["check", str(source), "--profile", str(profile)], capsys)
+
+
+@pytest.fixture(scope="module")
+def plain_profile(attention_plan: tuple[Path, Any], tmp_path_factory: pytest.TempPathFactory
+                  ) -> tuple[Path, Path, list[str]]:
+    """The attention example as the plain flow writes it (its div island kept) and one run's profile."""
+    pte = attention_plan[0]
+    kinds = instructions(pte)
+    profile = tmp_path_factory.mktemp("profile") / "run.etdump"
+    profile.write_bytes(etdump(runs_of(kinds, lambda run, index: 100 * (index + 1), 1)))
+    return pte, profile, kinds
+
+
+def test_an_islands_cycles_are_its_ops_events_and_every_figure_says_measured(
+        plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pte, profile, kinds = plain_profile
+    _, estimated = run_json(["check", str(pte), "--no-cache"], capsys)
+    metrics = tmp_path / "metrics.json"
+    comparison = tmp_path / "comparison.csv"
+    code, data = run_json(["check", str(pte), "--profile", str(profile), "--write", f"metrics:{metrics}",
+                           "--write", f"profile-comparison:{comparison}"], capsys)
+    assert code == 1
+    [stats] = data["artifacts"]
+    events = {i: 100 * (i + 1) for i, k in enumerate(kinds) if k == "KernelCall"}
+    assert stats["cycles"] == sum(events.values()) and stats["measured_runs"] == 1
+    ql001 = next(f for f in data["findings"] if f["code"] == "QL001")
+    indices = [int(node.rsplit("_", 1)[1]) for node in ql001["details"]["graph_nodes"]]
+    assert ql001["details"]["cycles"] == sum(events[i] for i in indices) > 0
+    assert ql001["details"]["cycles_measured"] is True
+    assert ql001["details"]["time_share"] == round(ql001["details"]["cycles"] / stats["cycles"], 4)
+    # the estimate beside the measurement: the estimate's own figures, per operator
+    [before] = estimated["artifacts"]
+    assert sum(row["estimated"] for row in stats["profile"]) == before["cycles"]
+    assert before["measured_runs"] == 0 and "cycles_measured" not in json.dumps(before)
+    rows = comparison.read_text().splitlines()
+    assert rows[0] == ("artifact,core,runs,operator,calls,estimated_cycles,measured_cycles,"
+                       "measured_over_estimated")
+    assert len(rows) == 1 + len(stats["profile"])
+    written = json.loads(metrics.read_text())["artifacts"][str(pte)]
+    assert written["cycles"] == stats["cycles"] and written["cycles_measured_runs"] == 1
+    _, out, _ = run_cli(["check", str(pte), "--profile", str(profile)], capsys)
+    assert "measured on the device (median of 1 run) beside the estimate for cortex-m55" in out
+    assert f"measured {ql001['details']['cycles']:,} cycles" in out and "est. " not in out
+
+
+def test_a_latency_budget_is_checked_against_the_measured_time(
+        plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pte, profile, kinds = plain_profile
+    config = tmp_path / ".qlint.yaml"
+    config.write_text("board: ek-ra8d1\nbudgets: {latency: 0.001ms}\n")
+    code, data = run_json(["check", "--config", str(config), str(pte), "--profile", str(profile)], capsys)
+    [budget] = [f for f in data["findings"] if f["code"] == "QL009"]
+    assert budget["message"].startswith("measured latency ")
+    [stats] = data["artifacts"]
+    assert budget["details"]["measured"] == stats["latency_ms"] == pytest.approx(stats["cycles"] / 480e6 * 1e3)
+
+
+def test_a_32_bit_counter_that_wraps_inside_an_event_is_measured_across_the_wrap(
+        plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pte, _, kinds = plain_profile
+    profile = tmp_path / "wrapped.etdump"
+    profile.write_bytes(etdump(runs_of(kinds, lambda run, index: 100 * (index + 1), 1, start=(1 << 32) - 250)))
+    _, data = run_json(["check", str(pte), "--profile", str(profile)], capsys)
+    assert data["artifacts"][0]["cycles"] == sum(100 * (i + 1) for i, k in enumerate(kinds) if k == "KernelCall")
+
+
+def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    code, out, err = run_cli(args, capsys)
+    assert code == 2, out + err
+    [line] = [line for line in err.splitlines() if line.strip()]
+    return line
+
+
+def test_a_profile_of_another_program_is_refused_in_one_line(
+        plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pte, _, kinds = plain_profile
+    cases: dict[str, tuple[list[list[Any]], str]] = {
+        "past the plan": (runs_of([*kinds, "KernelCall"], varied, 1),
+                          f"instruction {len(kinds)} is past the program's {len(kinds)} instructions"),
+        "a kernel call missing": (
+            [[e for e in runs_of(kinds, varied, 1)[0] if e.profile_event.instruction_id != 2
+              or e.profile_event.chain_index == -1]],
+            "instruction 2 (cortex_m::"),
+        "another kind": (runs_of(["MoveCall", *kinds[1:]], varied, 1),
+                         "instruction 0 is cortex_m::quantize_per_tensor.out in the program; "
+                         "the profile records MOVE_CALL there"),
+        "a delegate": ([[profile_event("DELEGATE_CALL", 0, 0, 1, 2)]], "records 'DELEGATE_CALL' at instruction 0"),
+        "runs differ": ([*runs_of(kinds, varied, 1), *runs_of(kinds[:-1], varied, 1)],
+                        f"run 2 records {len(kinds) - 1} instructions, run 1 {len(kinds)}"),
+        "no events": ([[profile_event("Method::execute", -1, 0, 1, 2)]], "no instruction events (OPERATOR_CALL)"),
+    }
+    for case, (runs, said) in cases.items():
+        profile = tmp_path / f"{case.replace(' ', '_')}.etdump"
+        profile.write_bytes(etdump(runs))
+        line = _refused(["check", str(pte), "--profile", str(profile)], capsys)
+        assert said in line and line.startswith(f"qlint: error: {pte}: profile {profile}"), (case, line)
+
+
+def _shared_event_bomb(count: int) -> bytes:
+    """A valid ETDump flatbuffer whose one run lists the same event table `count` times: a few bytes an
+    event in the file, a few hundred each once decoded."""
+    import flatbuffers
+
+    builder = flatbuffers.Builder(1024)
+    name, block = builder.CreateString("OPERATOR_CALL"), builder.CreateString("Execute")
+    builder.StartObject(8)  # ProfileEvent
+    builder.PrependUOffsetTRelativeSlot(0, name, 0)
+    builder.PrependUint64Slot(7, 10, 0)
+    profile = builder.EndObject()
+    builder.StartObject(3)  # Event
+    builder.PrependUOffsetTRelativeSlot(0, profile, 0)
+    event = builder.EndObject()
+    builder.StartVector(4, count, 4)
+    for _ in range(count):
+        builder.PrependUOffsetTRelative(event)
+    events = builder.EndVector()
+    builder.StartObject(4)  # RunData
+    builder.PrependUOffsetTRelativeSlot(0, block, 0)
+    builder.PrependUOffsetTRelativeSlot(3, events, 0)
+    run = builder.EndObject()
+    builder.StartVector(4, 1, 4)
+    builder.PrependUOffsetTRelative(run)
+    runs = builder.EndVector()
+    builder.StartObject(2)  # ETDump
+    builder.PrependUOffsetTRelativeSlot(1, runs, 0)
+    root = builder.EndObject()
+    builder.FinishSizePrefixed(root, file_identifier=b"ED00")
+    return bytes(builder.Output())
+
+
+def test_hostile_profiles_are_refused_before_they_are_decoded(
+        plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pte, honest, _ = plain_profile
+    data = honest.read_bytes()
+    cases = {
+        "bomb": (_shared_event_bomb(200_001), "holds over 200000 events, tables and values "
+                                              "(limits.profile_entries in .qlint.yaml)"),
+        "truncated": (data[:-9], "its size prefix is not its length"),
+        "not an etdump": (b"\x10\x00\x00\x00" + b"\x08\x00\x00\x00ET12" + bytes(8), "not an ETDump: no size-prefixed"),
+        "offset outside": (data[:4] + struct.pack("<I", 1 << 30) + data[8:], "outside the file"),
+        "garbage": (data[:12] + bytes(len(data) - 12), "not a valid ETDump"),
+    }
+    for case, (body, said) in cases.items():
+        profile = tmp_path / f"{case.replace(' ', '_')}.etdump"
+        profile.write_bytes(body)
+        line = _refused(["check", str(pte), "--profile", str(profile)], capsys)
+        assert said in line, (case, line)
+    small = _shared_event_bomb(50)
+    profile = tmp_path / "small_bomb.etdump"
+    profile.write_bytes(small)
+    config = tmp_path / ".qlint.yaml"
+    config.write_text("limits: {profile_entries: 40}\n")
+    assert "holds over 40 events" in _refused(["check", "--config", str(config), str(pte), "--profile", str(profile)],
+                                              capsys)
+
+
+def test_profile_needs_one_pte(plain_profile: tuple[Path, Path, list[str]], pt2_dir: Callable[[str], Path],
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    pte, profile, _ = plain_profile
+    for args in ([str(pte), str(pte)], ["--static", str(pte)], ["--fix", str(pte)]):
+        code, _, err = run_cli(["check", *args, "--profile", str(profile)], capsys)
+        assert code == 2 and "--profile reads an ETDump of one program" in err
+    code, _, err = run_cli(["check", str(pte), "--write", "profile-comparison:x.csv"], capsys)
+    assert code == 2 and "needs --profile" in err
