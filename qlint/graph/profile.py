@@ -95,6 +95,8 @@ def _run(number: int, events: Iterable[object]) -> dict[int, tuple[str, int]]:
             raise ProfileMismatch(f"run {number} records {name[:60]!r} at instruction {profiled.instruction_id}; "
                                   f"the program's instructions record {', '.join(INSTRUCTION_EVENTS)}")
         index = int(profiled.instruction_id)
+        if index < 0:
+            raise ProfileMismatch(f"run {number} records {name} at instruction {index}, which is no instruction")
         if index in found:
             raise ProfileMismatch(f"run {number} records instruction {index} twice")
         found[index] = (name, _elapsed(int(profiled.start_time), int(profiled.end_time)))

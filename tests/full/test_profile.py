@@ -30,6 +30,15 @@ def instructions(pte: Path) -> list[str]:
     return [type(i.instr_args).__name__ for i in program.execution_plan[0].chains[0].instructions]
 
 
+def operators(pte: Path) -> list[str]:
+    """Each kernel call's operator base name (`quantized_add` of `cortex_m::quantized_add.out`), in order."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    plan = deserialize_pte_binary(pte.read_bytes()).program.execution_plan[0]
+    return [plan.operators[i.instr_args.op_index].name.split("::")[-1]
+            for i in plan.chains[0].instructions if type(i.instr_args).__name__ == "KernelCall"]
+
+
 def profile_event(name: str, chain: int, index: int, start: int, end: int) -> Any:
     from executorch.devtools.etdump import schema_flatcc as schema
 
@@ -167,6 +176,11 @@ def test_an_islands_cycles_are_its_ops_events_and_every_figure_says_measured(
     [before] = estimated["artifacts"]
     assert sum(row["estimated"] for row in stats["profile"]) == before["cycles"]
     assert before["measured_runs"] == 0 and "cycles_measured" not in json.dumps(before)
+    # each operator's row: its calls, and the sum of its instructions' events
+    names = operators(pte)
+    expected = {op: (names.count(op), sum(c for n, c in zip(names, events.values(), strict=True) if n == op))
+                for op in set(names)}
+    assert {row["op"].removesuffix(" (fp32)"): (row["calls"], row["measured"]) for row in stats["profile"]} == expected
     rows = comparison.read_text().splitlines()
     assert rows[0] == ("artifact,core,runs,operator,calls,estimated_cycles,measured_cycles,"
                        "measured_over_estimated")
@@ -219,6 +233,8 @@ def test_a_profile_of_another_program_is_refused_in_one_line(
         "another kind": (runs_of(["MoveCall", *kinds[1:]], varied, 1),
                          "instruction 0 is cortex_m::quantize_per_tensor.out in the program; "
                          "the profile records MOVE_CALL there"),
+        "a negative index": ([[profile_event("OPERATOR_CALL", 0, -1, 1, 2)]],
+                             "at instruction -1, which is no instruction"),
         "a delegate": ([[profile_event("DELEGATE_CALL", 0, 0, 1, 2)]], "records 'DELEGATE_CALL' at instruction 0"),
         "runs differ": ([*runs_of(kinds, varied, 1), *runs_of(kinds[:-1], varied, 1)],
                         f"run 2 records {len(kinds) - 1} instructions, run 1 {len(kinds)}"),
