@@ -47,7 +47,8 @@ def _draw(ax: Any, stats: ArtifactStats) -> None:
                     xytext=(4, 0), va="center", fontsize=8)
     total = f"{stats.latency_ms:.3g} ms" if stats.latency_ms else f"{stats.cycles:,} cycles"
     share = f"{100 * (stats.fp32_cycles or 0) / stats.cycles:.0f}%"
-    how = f"measured (median of {stats.measured_runs} runs)" if stats.measured_runs else "estimated"
+    runs = f"{stats.measured_runs} run{'s' if stats.measured_runs != 1 else ''}"
+    how = f"measured (median of {runs})" if stats.measured_runs else "estimated"
     ax.set_title(f"{plain(stats.artifact)}: {how} {total}\non {stats.core}, {share} on float values (red)",
                  fontsize=9)
     ax.set_xlabel(f"{how.split()[0]} {'milliseconds' if per_ms else 'cycles'}")

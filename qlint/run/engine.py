@@ -207,7 +207,7 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Cache | No
         return hit
     if options.static:
         report = lint_static_bytes(data, artifact, config)
-    elif isolate or reader.isolated:
+    elif isolate or reader.isolated or options.profile is not None:  # a profile decodes like a `.pte`
         report = run_isolated(
             lint_bytes, (path, data, artifact, config, options), name=artifact, limits=config.limits,
             verbose=options.verbose,
@@ -291,8 +291,9 @@ def _lint_pte(path: Path, data: bytes, artifact: str, config: Config, options: R
         return lint_pte(data, artifact, config, options.measure, _input(options.profile, "ETDump", config))
 
 
-def _input(path: str | None, what: str, config: Config) -> bytes | None:
-    """The bytes of a file the run was given besides the artifact (bounded like one), None without one."""
+def _input(path: str | None, what: str, config: Config, named: str = "") -> bytes | None:
+    """The bytes of a file the run was given besides the artifact (bounded like one), None without one;
+    a ProfileError saying why not (after `named`)."""
     from qlint.graph.profile import ProfileError
     from qlint.io.reads import read_input
 
@@ -301,7 +302,7 @@ def _input(path: str | None, what: str, config: Config) -> bytes | None:
     try:
         return read_input(Path(path), config.limits.file_bytes, what, CONFIGURED)
     except ReadError as exc:
-        raise ProfileError(f"{printable(path)}: {exc}") from None
+        raise ProfileError(f"{named}{exc}") from None
 
 
 def _through_etrecord(path: Path, config: Config, options: RunOptions) -> Callable[..., Any]:
@@ -313,7 +314,11 @@ def _through_etrecord(path: Path, config: Config, options: RunOptions) -> Callab
     if not Path(etrecord).exists() and options.etrecord is None:
         raise ProfileError(f"a profile of a .pt2 maps to it through the ETRecord `qlint check --fix` wrote; "
                            f"{printable(etrecord)} does not exist (--etrecord FILE)")
-    record = read_etrecord(_input(etrecord, "ETRecord", config) or b"", config.limits)
+    named = f"ETRecord {printable(etrecord)}: "
+    try:
+        record = read_etrecord(_input(etrecord, "ETRecord", config, named) or b"", config.limits)
+    except ProfileError as exc:
+        raise ProfileError(str(exc) if str(exc).startswith(named) else named + str(exc)) from None
     profile = read_profile(_input(options.profile, "ETDump", config) or b"", config.limits)
     return functools.partial(measured_through, profile, record)
 

@@ -142,6 +142,10 @@ def test_fix_writes_an_etrecord_that_ties_a_profile_to_the_program(
                      str(other / "pool.etrecord")], capsys)
     assert f"profile {profile} is not of this program: " in line and "debug handle" in line, line
     assert "does not exist (--etrecord FILE)" in _refused(["check", str(source), "--profile", str(profile)], capsys)
+    assert f"profile {profile}: ETRecord {profile}: not an ETRecord: not a zip archive" in _refused(
+        ["check", str(source), "--profile", str(profile), "--etrecord", str(profile)], capsys)
+    assert f"profile {tmp_path / 'none'}: no such file" in _refused(
+        ["check", str(pte), "--profile", str(tmp_path / "none")], capsys)
 
 
 @pytest.fixture(scope="module")
@@ -313,3 +317,25 @@ def test_profile_needs_one_pte(plain_profile: tuple[Path, Path, list[str]], pt2_
         assert code == 2 and "--profile reads an ETDump of one program" in err
     code, _, err = run_cli(["check", str(pte), "--write", "profile-comparison:x.csv"], capsys)
     assert code == 2 and "needs --profile" in err
+
+
+def test_the_overlay_and_the_time_plot_show_the_measured_cycles(
+        plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Model Explorer's node data carries each instruction's measured cycles on the `.pte` adapter's ids
+    (`forward_0_<instruction>`), and the time plot draws the measured bars."""
+    from qlint.graph.pte import lint_pte
+    from qlint.report.model_explorer import TIME_SUFFIX, file_stem
+    from qlint.report.time_plot import figure
+    from qlint.settings.config import Config
+
+    pte, profile, kinds = plain_profile
+    run_cli(["check", str(pte), "--profile", str(profile), "--write", f"model-explorer:{tmp_path / 'me'}"], capsys)
+    overlay = json.loads((tmp_path / "me" / f"{file_stem(str(pte))}{TIME_SUFFIX}").read_text())
+    assert overlay["forward"]["name"].startswith("qlint: measured cycles")
+    assert {node: result["value"] for node, result in overlay["forward"]["results"].items()} == {
+        f"forward_0_{i}": 100 * (i + 1) for i, kind in enumerate(kinds) if kind == "KernelCall"}
+    report = lint_pte(pte.read_bytes(), str(pte), Config(), profile=profile.read_bytes())
+    [ax] = figure(report).axes
+    assert "measured (median of 1 run)" in ax.get_title() and ax.get_xlabel() == "measured cycles"
+    assert sorted(bar.get_width() for bar in ax.patches) == sorted(
+        100 * (i + 1) for i, kind in enumerate(kinds) if kind == "KernelCall")[-len(ax.patches):]
