@@ -20,7 +20,7 @@ in graph order is where the lowering changed the values.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -33,6 +33,7 @@ from qlint.graph.view import (
     Kind,
     base_name,
     folded_qparams,
+    graph_arguments,
     literal_qparams,
     op_name,
     output_value,
@@ -60,15 +61,31 @@ class Divergence:
     batch: int          # which input batch showed it
 
 
+@dataclass(frozen=True)
+class _Runnable:
+    """A program as the value check runs it: its own graph with its lifted tensors as arguments
+    (`graph_arguments`: no unlifting), or, for a signature that does not read so, its unlifted module."""
+
+    graph: Any
+    arguments: Callable[[tuple[Any, ...]], list[Any]]
+
+    @classmethod
+    def of(cls, program: Any, batch: tuple[Any, ...], module: Callable[[], Any]) -> _Runnable:
+        if graph_arguments(program, batch) is not None:
+            return cls(program.graph_module, lambda given: graph_arguments(program, given) or [])
+        return cls(module(), list)
+
+
 class _Recording(Interpreter):
-    """Runs a graph and keeps every node's value."""
+    """Runs a program's graph and keeps every node's value."""
 
-    def __init__(self, module: Any) -> None:
-        super().__init__(module, garbage_collect_values=False)
+    def __init__(self, runnable: _Runnable) -> None:
+        super().__init__(runnable.graph, garbage_collect_values=False)
+        self.arguments = runnable.arguments
 
-    def values(self, inputs: Sequence[Any]) -> dict[str, Any]:
+    def values(self, inputs: tuple[Any, ...]) -> dict[str, Any]:
         with torch.no_grad():
-            self.run(*inputs)
+            self.run(*self.arguments(inputs))
         return {node.name: value for node, value in self.env.items()}
 
 
@@ -158,8 +175,10 @@ class _Forced(Interpreter):
     computed, by the quantized program's value: each node then sees the inputs the quantized program
     gives it, so a difference is that node's own, not one it inherited (teacher forcing)."""
 
-    def __init__(self, view: GraphView, twins: dict[Node, str], pairs: list[tuple[Node, str, QParams]]) -> None:
-        super().__init__(view.module)
+    def __init__(self, view: GraphView, twins: dict[Node, str], pairs: list[tuple[Node, str, QParams]],
+                 runnable: _Runnable) -> None:
+        super().__init__(runnable.graph)
+        self.arguments = runnable.arguments
         self.reference: dict[str, Any] = {}
         self.pairs = {node.name: (name, qparams) for node, name, qparams in pairs}
         # What each compared quantize reads: where it is not finite (a division by zero) the quantized
@@ -174,7 +193,7 @@ class _Forced(Interpreter):
         """Run on `batch` against the quantized program's values on it; what diverged is in `diverged`."""
         self.reference, self.diverged = reference, []
         with torch.no_grad():
-            self.run(*batch)
+            self.run(*self.arguments(batch))
 
     def run_node(self, n: Node) -> Any:
         got = super().run_node(n)
@@ -212,7 +231,9 @@ def first_divergence(view: GraphView, batches: Sequence[tuple[Any, ...]]) -> Div
     pairs = compared(view, twins)
     if not pairs:
         return None
-    reference_run, forced = _Recording(view.quantized_module), _Forced(view, twins, pairs)
+    quantized = view.quantized
+    reference_run = _Recording(_Runnable.of(quantized, batches[0], quantized.module))
+    forced = _Forced(view, twins, pairs, _Runnable.of(view.program, batches[0], lambda: view.module))
     for index, batch in enumerate(batches):
         try:
             forced.judge(batch, reference_run.values(batch))
