@@ -3,7 +3,8 @@
 ExecuTorch's runtime (`runtime/executor/method.cpp`) opens one event block named "Execute" a
 `Method::execute` call and records, for every instruction of the plan, a profile event named for
 the instruction's kind (`OPERATOR_CALL` for a kernel call, `MOVE_CALL`, `FREE_CALL`) with the chain
-and instruction index it ran; Arm's Cortex-M runner stamps them with the PMU cycle counter. So an
+and instruction index it ran, stamped by the platform's `et_pal_current_ticks()` (a cycle counter on a
+Cortex-M port that counts cycles, which is how qlint reads them). So an
 event maps to exactly one instruction of the `.pte` the profile was recorded from, and a profile
 of another program shows as an event on an instruction the plan does not have or has of another
 kind, or a kernel call without its event: each refused in one line (`ProfileMismatch`), never a
