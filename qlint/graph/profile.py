@@ -192,21 +192,28 @@ def read_etrecord(data: bytes, limits: Limits) -> Record:
 
 
 def _handle_ops(graph: object) -> dict[int, frozenset[str]]:
-    """The base names of the operators each debug handle's nodes call, from the edge program's JSON."""
-    nodes = graph.get("graph_module", {}).get("graph", {}).get("nodes", []) if isinstance(graph, dict) else []
+    """The base names of the operators each debug handle's nodes call, from the edge program's JSON
+    (any part of it that is not the shape torch's serializer writes is read as absent)."""
     found: dict[int, set[str]] = {}
-    for node in nodes if isinstance(nodes, list) else []:
-        meta = node.get("metadata") if isinstance(node, dict) else None
-        handle, target = (meta or {}).get("debug_handle"), node.get("target") if isinstance(node, dict) else None
+    for node in _listed(graph, "graph_module", "graph", "nodes"):
+        handle, target = _mapping(_mapping(node).get("metadata")).get("debug_handle"), _mapping(node).get("target")
         if isinstance(handle, str) and handle.isdigit() and isinstance(target, str):
-            found.setdefault(int(handle), set()).add(_base(target))
+            found.setdefault(int(handle), set()).add(base_name(target.removeprefix(EDGE_OPS)))
     return {h: frozenset(ops) for h, ops in found.items()}
 
 
-def _base(target: str) -> str:
-    """`softmax` of `executorch.exir.dialects.edge.ops.cortex_m.softmax.default` and of `cortex_m.softmax.default`."""
-    parts = target.split(".")
-    return parts[-2] if len(parts) >= 2 else target
+# How the edge program's JSON names an operator: `executorch.exir.dialects.edge.ops.cortex_m.softmax.default`.
+EDGE_OPS = "executorch.exir.dialects.edge.ops."
+
+
+def _mapping(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
+def _listed(value: object, *keys: str) -> list[object]:
+    for key in keys:
+        value = _mapping(value).get(key)
+    return value if isinstance(value, list) else []
 
 
 def measured_through(profile: Profile, record: Record, view: GraphView, estimate: ProgramCost) -> ProgramCost:

@@ -144,6 +144,17 @@ def test_fix_writes_an_etrecord_that_ties_a_profile_to_the_program(
     assert "does not exist (--etrecord FILE)" in _refused(["check", str(source), "--profile", str(profile)], capsys)
     assert f"profile {profile}: ETRecord {profile}: not an ETRecord: not a zip archive" in _refused(
         ["check", str(source), "--profile", str(profile), "--etrecord", str(profile)], capsys)
+    # An edge program that is not the shape torch writes names no operators: read as absent, never a traceback.
+    import zipfile
+
+    odd = tmp_path / "odd.etrecord"
+    with zipfile.ZipFile(record) as given, zipfile.ZipFile(odd, "w") as written:
+        for name in given.namelist():
+            body = given.read(name)
+            odd_graph = name == "edge_dialect_exported_program/forward"
+            written.writestr(name, b'{"graph_module": [1]}' if odd_graph else body)
+    code, data = run_json(["check", str(source), "--profile", str(profile), "--etrecord", str(odd)], capsys)
+    assert code == 1 and data["artifacts"][0]["cycles"] == sum(medians)
     assert f"profile {tmp_path / 'none'}: no such file" in _refused(
         ["check", str(pte), "--profile", str(tmp_path / "none")], capsys)
 
