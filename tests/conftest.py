@@ -24,7 +24,8 @@ UNIT = ROOT / "tests" / "unit"
 CHECKOUT = "<qlint-checkout>"  # the checkout's path in stored programs
 STORE_VERSIONED = ("torch", "executorch", "torchao", "transformers", "segment-anything")
 # Fixtures that build one model whatever the test: their tests join that model's group.
-MODEL_FIXTURES = {"sam_pt2": "make_two_way_transformer", "attention_plan": "make_attention"}
+MODEL_FIXTURES = {"sam_pt2": "make_two_way_transformer", "sam_from_target": "make_two_way_transformer",
+                  "attention_plan": "make_attention"}
 
 
 def named_model(item: pytest.Item) -> str | None:
@@ -45,11 +46,24 @@ def in_unit_tier(item: pytest.Item) -> bool:
     return item.path.is_relative_to(UNIT)
 
 
+# The tiers in the order their groups are handed to the workers: the long groups first (a corpus, a
+# remedy search), so the short ones fill in beside them and no worker is left with one long group at
+# the end (pyproject.toml turns off xdist's own order, by number of tests, which does the reverse).
+TIER_ORDER = ("slow", "integration", "full", "unit")
+
+
+def tier_rank(item: pytest.Item) -> int:
+    return next((rank for rank, tier in enumerate(TIER_ORDER) if item.path.is_relative_to(ROOT / "tests" / tier)),
+                len(TIER_ORDER))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test joins the group of the model it reads (`@pytest.mark.model(NAME)`, a `name`
     parameter, or a fixture that builds one model), else its file's group: under `--dist loadgroup`
-    a group runs on one worker, so no model is exported, quantized or lowered by both."""
+    a group runs on one worker, so no model is exported, quantized or lowered by both. Groups are
+    handed out in TIER_ORDER."""
+    items.sort(key=tier_rank)  # stable: a file's tests keep their order
     for item in items:
         params = getattr(item, "callspec", None)
         name = params.params.get("name") if params is not None else None
@@ -244,6 +258,22 @@ def attention_plan(tmp_path_factory: pytest.TempPathFactory, quantized: Callable
 @pytest.fixture(scope="session")
 def sam_pt2(pt2_dir: Callable[[str], Path]) -> Path:
     return pt2_dir("make_two_way_transformer")
+
+
+@pytest.fixture(scope="session")
+def sam_checked(sam_pt2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
+    """`qlint check sam.pt2 --write model-explorer:FOLDER`: exit code, JSON report, and the overlay's folder
+    (one lowering of SAM's .pt2 for the tests of its report and of its overlay)."""
+    import contextlib
+    import io
+
+    from qlint.cli.main import main
+
+    folder = tmp_path_factory.mktemp("sam-overlay")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["check", str(sam_pt2), "--write", f"model-explorer:{folder}", "--output-format", "json"])
+    return code, json.loads(out.getvalue()), folder
 
 
 def cache_entry(entry: Path) -> Any:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import run_cli
 
 MODEL = '''\
 import torch
@@ -68,54 +67,26 @@ def test_unused_suppressions_are_reportable(tmp_path: Path, capsys: pytest.Captu
     assert [f["code"] for f in found if f["code"] != "QL006"] == ["QL001"]  # line 7 only
 
 
-@pytest.fixture(scope="module")
-def sam_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("sam_baseline")
-    (folder / "examples").symlink_to(ROOT / "examples")
-    (folder / "sam_plus.py").write_text(textwrap.dedent('''\
-        import torch
-        from examples.sam import make_two_way_transformer
-
-
-        class SamPlus(torch.nn.Module):
-            """SAM with one more constant scale, on its point embeddings."""
-
-            def __init__(self, inner):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, image, pe, points):
-                points = points / 3.0
-                return self.inner(image, pe, points)
-
-
-        def make():
-            model, example, calibration = make_two_way_transformer()
-            return SamPlus(model), example, calibration
-        '''))
-    return folder
-
-
-def sam_config(folder: Path, factory: str) -> Path:
-    config = folder / ".qlint.yaml"
-    config.write_text(f"targets:\n  - name: sam\n    factory: {factory}\n")
-    return config
-
-
-def test_baseline_accepts_existing_findings_and_fails_on_a_new_one(sam_project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    baseline = sam_project / "qlint-baseline.json"
-    config = sam_config(sam_project, "examples.sam:make_two_way_transformer")
-    code, _, err = run_cli(["check", "--config", str(config), "--targets-only", "--write-baseline", str(baseline)], capsys)
-    assert code == 0 and "wrote 24 findings" in err
-    code, found = findings(["check", "--config", str(config), "--targets-only", "--baseline", str(baseline)], capsys)
+def test_baseline_accepts_existing_findings_and_fails_on_a_new_one(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A baseline written before an edit accepts the findings that were there, wherever the edit moved
+    their lines, and the one island the edit adds fails the check, named by its line."""
+    baseline = tmp_path / "qlint-baseline.json"
+    config = project(tmp_path)
+    targets = ["check", "--config", str(config), "--targets-only"]
+    code, _, err = run_cli([*targets, "--write-baseline", str(baseline)], capsys)
+    assert code == 0 and "wrote 3 findings" in err  # the two scales and the coverage
+    code, found = findings([*targets, "--baseline", str(baseline)], capsys)
     assert code == 0 and found == []
 
-    config = sam_config(sam_project, "sam_plus:make")
-    code, found = findings(["check", "--config", str(config), "--targets-only", "--baseline", str(baseline)], capsys)
+    source = tmp_path / "scales.py"
+    edited = source.read_text().replace("y):\n", "y):\n        c = torch.relu(y) / 5.0\n")
+    source.write_text(edited.replace("a, b\n", "a, b, c\n"))  # the findings that were there move a line down
+    code, found = findings([*targets, "--baseline", str(baseline)], capsys)
     assert code == 1
     new = [f for f in found if f["code"] != "QL005"]  # coverage drops too: its key has no numbers
-    assert [(f["code"], f["location"]["path"], f["location"]["code"]) for f in new] == [
-        ("QL001", "sam_plus.py", "points = points / 3.0")
+    assert [(f["code"], f["location"]["path"], f["location"]["line"], f["location"]["code"]) for f in new] == [
+        ("QL001", "scales.py", 6, "c = torch.relu(y) / 5.0")
     ]
 
 

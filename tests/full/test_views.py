@@ -90,10 +90,9 @@ def test_overlay_of_the_bundled_example_matches_model_explorers_ids(
     assert sum(cycles.values()) <= data["artifacts"][0]["cycles"]  # ops lowering made have no id there
 
 
-def test_overlay_of_sam_marks_every_island_node(sam_pt2: Path, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
-    _, data = run_json(["check", str(sam_pt2), "--write", f"model-explorer:{tmp_path}"], capsys)
-    values = check_overlay(sam_pt2, tmp_path, data["findings"])
+def test_overlay_of_sam_marks_every_island_node(sam_pt2: Path, sam_checked: tuple[int, dict[str, Any], Path]) -> None:
+    _, data, folder = sam_checked
+    values = check_overlay(sam_pt2, folder, data["findings"])
     islands = [f for f in data["findings"] if f["code"] in ("QL001", "QL002")]
     assert len(islands) == 16
     for island in islands:  # each: a dequantized input and its float op(s), then an integer quantize

@@ -26,8 +26,8 @@ def run(args: list[str]) -> tuple[int, dict[str, Any]]:
 
 
 @pytest.fixture(scope="session")
-def sam_from_pt2(sam_pt2: Path) -> tuple[int, dict[str, Any]]:
-    return run(["check", str(sam_pt2)])
+def sam_from_pt2(sam_checked: tuple[int, dict[str, Any], Path]) -> tuple[int, dict[str, Any]]:
+    return sam_checked[0], sam_checked[1]
 
 
 @pytest.fixture(scope="session")

@@ -127,16 +127,16 @@ def test_a_relu_fused_with_a_refused_convolution_shares_its_cause(linted: Callab
                                               "conv2d pattern refused it (CortexMConv2DCheck)")
 
 
-def test_text_output_groups_a_network_of_nchw_convolutions_into_one_cause(
-    pt2_dir: Callable[[str], Any], capsys: pytest.CaptureFixture[str]
-) -> None:
-    from conftest import run_cli
+def test_text_output_groups_a_network_of_nchw_convolutions_into_one_cause(linted: Callable[..., Any]) -> None:
+    from qlint.report.formats import text
+    from qlint.rules.records import Report
 
-    _, out, _ = run_cli(["check", str(pt2_dir("make_mobilevit"))], capsys)
+    checked = linted("make_mobilevit")
+    out = text(Report(findings=checked.findings, stats=[checked.stats]))
     [line] = [line for line in out.splitlines() if "CortexMConv2DCheck" in line and "islands" in line
               and "normalization" not in line]
-    assert line.split("/")[-1].startswith("mobilevit.pt2: QL002 [warning] 23 fp32 islands, 118016 fp32 elements "
-                                          "per inference: aten.convolution.default: CortexMQuantizer's conv2d")
+    assert line.startswith("make_mobilevit: QL002 [warning] 23 fp32 islands, 118016 fp32 elements "
+                           "per inference: aten.convolution.default: CortexMQuantizer's conv2d")
     # The convolutions' output shapes differ: the grouped line elides them, each finding keeps its own.
     assert "conv2d output [...] is NCHW (dim order 0, 1, 2, 3)" in line
 
