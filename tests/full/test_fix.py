@@ -229,12 +229,12 @@ def test_sam_fix(sam_fixed: tuple[dict[str, Any], Path]) -> None:
     assert list(program.execution_plan[0].non_const_buffer_sizes)[1:] and sum(program.execution_plan[0].non_const_buffer_sizes) == after
 
 
-def test_sam_fixed_outputs_match_on_8_seeded_inputs(quantized: Callable[..., Any], linted: Callable[..., Any]) -> None:
+def test_sam_fixed_outputs_match_on_8_seeded_inputs(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
     from examples.sam import make_two_way_transformer
 
-    program, unfixed = quantized("make_two_way_transformer"), linted("make_two_way_transformer")
+    unfixed = linted("make_two_way_transformer")
     template = make_two_way_transformer()[1]
-    result = fix(program, [template], linted=unfixed)  # folds a copy of the session's lowering
+    result = fixed("make_two_way_transformer")  # folds a copy of the session's lowering
     assert result.summary.verified_inputs == 9
     assert_same_outputs(unfixed.lowered, result.program, seeded(template))
 

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
 from qlint.graph.folds import _scale_candidates
 from qlint.graph.memory import Buffer, _covered
 
@@ -78,3 +84,34 @@ def test_the_stack_collects_cia_ops_with_one_dispatcher_walk_and_the_same_answer
     walks.clear()
     assert original() == once and len(walks) > 10 and len(once) > 100
     assert export_utils._materialize_cpp_cia_ops.__name__ == "_materialize_cpp_cia_ops"  # restored after the call
+
+
+def test_a_lowering_with_shared_provenance_records_is_the_lowering_torch_copies_them_for(
+        quantized: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """qlint's lowering snapshots a node's provenance without deep-copying its tree: the same records
+    (names, passes, actions, ancestry) and the same debug handles as torch's deep copies, which differ
+    only by the graph ids and addresses that differ between any two processes."""
+    import copy
+    import re
+
+    import torch.fx.traceback as fx_traceback
+
+    from qlint.graph import lowering
+
+    def lowered() -> list[tuple[str, Any, str]]:
+        program = lowering.run_passes(lowering.to_edge(copy.deepcopy(quantized("make_attention"))).exported_program())
+        return [(n.name, n.meta.get("debug_handle"),
+                 re.sub(r'"graph_id": -?\d+|0x[0-9a-f]+', "",
+                        json.dumps([s.to_dict() for s in n.meta.get("from_node", [])], sort_keys=True)))
+                for n in program.graph.nodes]
+
+    shared = lowered()
+    init = fx_traceback.NodeSource.__init__
+    assert getattr(init, "shares_provenance", False)
+    node = next(n for n in quantized("make_attention").graph.nodes if n.meta.get("from_node"))
+    assert fx_traceback.NodeSource(node).from_node[0] is node.meta["from_node"][0]  # shared, not copied
+    monkeypatch.setattr(fx_traceback.NodeSource, "__init__", init.__wrapped__)
+    monkeypatch.setattr(lowering, "share_provenance_snapshots", lambda: None)
+    copied = lowered()
+    assert fx_traceback.NodeSource(node).from_node[0] is not node.meta["from_node"][0]
+    assert shared == copied and sum(1 for _, handle, _ in shared if handle) > 10
