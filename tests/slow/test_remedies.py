@@ -42,7 +42,8 @@ def one_block_sam() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], list[tup
 
 # What each model's tests read: every remedy, or the ones they assert on where a model's builds
 # are long (each applicable remedy is one more export, quantization, lowering and verified fix).
-ASSERTED = {"one_block_sam": [RemedyName.DERIVED_SCALE_QPARAMS, RemedyName.INT8_IO]}
+ASSERTED = {"one_block_sam": [RemedyName.DERIVED_SCALE_QPARAMS, RemedyName.INT8_IO],
+            "transformer_encoder": [RemedyName.UNFUSED_ATTENTION, RemedyName.CHANNELS_LAST]}
 
 
 @pytest.fixture(scope="session")
