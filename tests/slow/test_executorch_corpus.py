@@ -292,7 +292,7 @@ def test_estimates_of_the_mlperf_tiny_models_are_within_1_5x_of_published_m4_and
     ratios, estimates, edges = {}, {}, {}
     for model, cpu, mhz, ms in PUBLISHED:
         if (model, cpu) not in estimates:
-            if model not in edges:  # the edge program is the CPU's to lower: only the passes differ
+            if model not in edges:  # to_edge is the same for every CPU: only the passes take one
                 program = torch.export.load(str(built.folder / f"test_{model}__{model}.pt2"))
                 edges[model] = program, to_edge(program).exported_program()
             program, edge = edges[model]
