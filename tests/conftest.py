@@ -264,16 +264,9 @@ def sam_pt2(pt2_dir: Callable[[str], Path]) -> Path:
 def sam_checked(sam_pt2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
     """`qlint check sam.pt2 --write model-explorer:FOLDER`: exit code, JSON report, and the overlay's folder
     (one lowering of SAM's .pt2 for the tests of its report and of its overlay)."""
-    import contextlib
-    import io
-
-    from qlint.cli.main import main
-
     folder = tmp_path_factory.mktemp("sam-overlay")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(["check", str(sam_pt2), "--write", f"model-explorer:{folder}", "--output-format", "json"])
-    return code, json.loads(out.getvalue()), folder
+    code, data = main_json(["check", str(sam_pt2), "--write", f"model-explorer:{folder}"])
+    return code, data, folder
 
 
 def cache_entry(entry: Path) -> Any:
@@ -288,6 +281,20 @@ def rewrite_cache_entry(entry: Path, data: Any) -> None:
 
     folder = entry.parent.parent
     entry.write_bytes(seal((folder / KEY_FILE).read_bytes(), entry.stem, json.dumps(data).encode()))
+
+
+def main_json(args: list[str]) -> tuple[int, dict[str, Any]]:
+    """`qlint ARGS --output-format json` in this process: exit code and report. For fixtures wider than
+    a test, which cannot take `capsys`."""
+    import contextlib
+    import io
+
+    from qlint.cli.main import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main([*args, "--output-format", "json"])
+    return code, json.loads(out.getvalue())
 
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -153,11 +153,12 @@ def share_provenance_snapshots() -> None:
 
     Every node an ExecuTorch pass retraces gets a `NodeSource` of the node it came from, and torch
     deep-copies that node's provenance tree into it; the trees deepen with every pass, so the copies
-    are about a fifth of `to_edge` (SAM here: a process that loads and lowers it, 15 % shorter). Nothing changes a
-    `NodeSource` once made (torch builds new ones and new lists), so sharing the records answers every
-    question the copies did: ExecuTorch's debug handles (each node's oldest ancestor) and the ETRecord
-    are the same. Where `NodeSource` does not deep-copy `from_node`, this changes nothing. Set on the
-    first lowering, not with the stack: what a quantizer builds is the same with or without it.
+    are about a fifth of `to_edge` (SAM here: a process that loads and lowers it, 15 % shorter).
+    Nothing changes a `NodeSource` once made (torch builds new ones and new lists), so sharing the
+    records answers every question the copies did: ExecuTorch's debug handles (each node's oldest
+    ancestor) and the ETRecord are the same. Where `NodeSource` does not deep-copy `from_node`, this
+    changes nothing. Set on the first lowering, not with the stack: what a quantizer builds is the
+    same with or without it.
     """
     import torch.fx.traceback as fx_traceback
 

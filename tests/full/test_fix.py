@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import run_cli, run_json
+from conftest import main_json, run_cli, run_json
 
 from qlint.api import fix, lint
 from qlint.graph.lint import lint_program
@@ -143,19 +143,11 @@ def test_fix_is_idempotent(fixed: Callable[..., Any]) -> None:
 
 @pytest.fixture(scope="module")
 def sam_fixed(sam_pt2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
-    import contextlib
-    import io
-    import json
-
-    from qlint.cli.main import main
-
     out_dir = tmp_path_factory.mktemp("sam_fix") / "build"  # --output-dir is created when missing
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        code = main(["check", "--fix", str(sam_pt2), "--output-dir", str(out_dir), "--output-format", "json",
-                     "--write", f"memory-plot:{out_dir.parent / 'memory.svg'}",
-                     "--write", f"markdown:{out_dir.parent / 'summary.md'}"])
-    return {"code": code, **json.loads(buffer.getvalue())}, out_dir / f"{sam_pt2.stem}.pte"
+    code, data = main_json(["check", "--fix", str(sam_pt2), "--output-dir", str(out_dir),
+                            "--write", f"memory-plot:{out_dir.parent / 'memory.svg'}",
+                            "--write", f"markdown:{out_dir.parent / 'summary.md'}"])
+    return {"code": code, **data}, out_dir / f"{sam_pt2.stem}.pte"
 
 
 def test_sam_memory_plot_draws_the_reported_plan(sam_fixed: tuple[dict[str, Any], Path]) -> None:

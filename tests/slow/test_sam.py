@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
-
-from qlint.cli.main import main
+from conftest import ROOT, main_json
 
 ATTN_LINE = "attn = attn / math.sqrt(c_per_head)"
 SOURCE = "segment_anything/modeling/transformer.py"
-
-
-def run(args: list[str]) -> tuple[int, dict[str, Any]]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main([*args, "--output-format", "json"])
-    return code, json.loads(out.getvalue())
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +30,7 @@ def sam_from_target(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict
         """))
     # The factory module lives in the repo: make it importable from the config's folder.
     (folder / "examples").symlink_to(root / "examples")
-    return run(["check", "--config", str(config), "--targets-only"])
+    return main_json(["check", "--config", str(config), "--targets-only"])
 
 
 def assert_sam(result: tuple[int, dict[str, Any]], artifact: str) -> None:
