@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -115,3 +116,50 @@ def test_a_lowering_with_shared_provenance_records_is_the_lowering_torch_copies_
     copied = lowered()
     assert fx_traceback.NodeSource(node).from_node[0] is not node.meta["from_node"][0]
     assert shared == copied and sum(1 for _, handle, _ in shared if handle) > 10
+
+
+def test_kernels_registered_directly_are_the_kernels_torch_registers(
+        quantized: Callable[..., Any]) -> None:
+    """qlint's lowering registers the ~12,000 CompositeImplicitAutograd overrides of a
+    `run_decompositions` without torch's per-call decorator: the same kernel tables inside the block
+    (same keys, same kernels), the same error for a key already taken, torch's method after it, and the
+    same lowered program."""
+    import copy
+
+    import torch
+    import torch.export.exported_program as exported_program
+    from executorch.exir.tracer import _default_decomposition_table
+    from torch._ops import OpOverload
+
+    from qlint.graph import lowering
+
+    cia, _ = exported_program._split_decomp_table_to_cia_and_python_decomp(_default_decomposition_table())
+
+    def tables() -> dict[str, list[tuple[str, str]]]:
+        with exported_program._override_composite_implicit_decomp(cia):
+            return {str(op): sorted((str(key), getattr(kernel, "__qualname__", type(kernel).__name__))
+                                    for key, kernel in op.py_kernels.items()) for op in cia}
+
+    torch_tables = tables()
+    with lowering.registering_py_kernels_directly():
+        assert "py_impl" in vars(OpOverload)
+        direct_tables = tables()
+        assert torch._C.DispatchKey.Autograd not in torch.ops.aten.add.Tensor.py_kernels
+        with pytest.raises(RuntimeError, match="Trying to override a python impl"):
+            torch.ops.aten.add.Tensor.py_impl(torch._C.DispatchKey.Autograd)(lambda *a: None)
+            torch.ops.aten.add.Tensor.py_impl(torch._C.DispatchKey.Autograd)(lambda *a: None)
+    torch.ops.aten.add.Tensor.py_kernels.pop(torch._C.DispatchKey.Autograd)
+    assert "py_impl" not in vars(OpOverload)
+    assert direct_tables == torch_tables and len(cia) > 500
+    assert sum(len(kernels) for kernels in direct_tables.values()) > 5000
+
+    def lowered(direct: bool) -> list[tuple[str, str, str]]:
+        block = lowering.registering_py_kernels_directly if direct else contextlib.nullcontext
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(lowering, "registering_py_kernels_directly", block)
+            edge = lowering.to_edge(copy.deepcopy(quantized("make_attention")))
+        program = lowering.run_passes(edge.exported_program())
+        return [(n.name, str(n.target), str(n.meta.get("val"))) for n in program.graph.nodes]
+
+    direct = lowered(direct=True)
+    assert direct == lowered(direct=False) and sum(1 for _, target, _ in direct if "cortex_m" in target) > 3
