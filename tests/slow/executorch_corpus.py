@@ -465,6 +465,33 @@ def references(built: Corpus, progress: Callable[[str], None] | None = None) -> 
     return result
 
 
+def float_export(case: Case) -> Any:
+    """`case`'s float model exported the tester's way (strict, seeded), or None if it does not export;
+    kept beside the corpus under a hash of this function (a `.failed` marker for one that does not),
+    since the 282 strict exports are most of what comparing conditions with ExecuTorch's checks costs."""
+    import torch
+
+    folder = cache_root() / f"{cache_key()}-float-{_source_hash([float_export, seed])}"
+    target, failed = folder / f"{case.stem}.pt2", folder / f"{case.stem}.failed"
+    if target.exists():
+        return torch.export.load(str(target))
+    if failed.exists():
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    seed()
+    inputs = case.example_inputs() if callable(case.example_inputs) else case.example_inputs
+    try:
+        exported = torch.export.export(case.model.eval(), inputs, strict=True)
+        buffer = io.BytesIO()
+        torch.export.save(exported, buffer)
+    except Exception:
+        failed.touch()
+        return None
+    with _temp_beside(target) as temp:
+        temp.write_bytes(buffer.getvalue())
+    return exported
+
+
 def clear(root: Path | None = None) -> None:
     """Remove the cached corpus of the current key and its `.pte` files (to time a cold build)."""
     folder = (root or cache_root()) / cache_key()
