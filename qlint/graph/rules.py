@@ -108,7 +108,8 @@ class Context:
 
     def priced(self, finding: Finding, region: Region) -> Finding:
         """`finding` with its island's estimated cycles (its float ops, the conversions into and out of
-        it) and their share of the program's, in its details: what the report ranks and shows."""
+        it) and their share of the program's: in its details, what the report ranks and shows, and at
+        the end of its message, so an annotation or a SARIF result says what the island costs."""
         if self.cost is not None and self.cost.cycles:
             cycles = self.cost.of(n.name for n in fp32_by_node(self.view, region.island))
             finding.details["cycles"] = cycles
@@ -117,6 +118,7 @@ class Context:
             latency = self.cost.latency_ms(cycles)
             if latency is not None:
                 finding.details["latency_ms"] = round(latency, 6)
+            finding.message += "; " + builders.time_clause_of(finding.details)
         return finding
 
 

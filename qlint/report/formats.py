@@ -13,6 +13,7 @@ from qlint import __version__
 from qlint.io.reads import not_a_command, printable
 from qlint.report import OUTPUT_FORMATS
 from qlint.report.escape import github_value, markdown_code, markdown_fence, markdown_link, markdown_text
+from qlint.rules.builders import time_clause
 from qlint.rules.catalog import load_catalog
 from qlint.rules.records import (
     ArtifactStats,
@@ -102,17 +103,15 @@ def _finding_lines(group: list[Finding], quiet: bool) -> list[str]:
 
 
 def time_line(group: list[Finding]) -> str:
-    """`est. 22,100 cycles (0.18 ms), 5.0% of the artifact's time` for the group's islands, if priced
-    (`measured` instead of `est.` when a profile measured them)."""
+    """The time clause of a group of islands, summed (one island's ends its message), if priced."""
     priced = [g for g in group if "cycles" in g.details]
-    if not priced:
+    if len(group) < 2 or not priced:
         return ""
     cycles = sum(int(g.details["cycles"]) for g in priced)
     share = sum(float(g.details["time_share"]) for g in priced)
     ms = [float(g.details["latency_ms"]) for g in priced if "latency_ms" in g.details]
-    at_clock = f" ({sum(ms):.3g} ms)" if len(ms) == len(priced) else ""
-    how = "measured" if all(g.details.get("cycles_measured") for g in priced) else "est."
-    return f"{how} {cycles:,} cycles{at_clock}, {share:.1%} of the artifact's time"
+    return time_clause(cycles, share, sum(ms) if len(ms) == len(priced) else None,
+                       all(g.details.get("cycles_measured") for g in priced))
 
 
 def text(report: Report, *, quiet: bool = False) -> str:

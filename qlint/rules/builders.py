@@ -7,7 +7,7 @@ same islands in different ways; what they print about one is built here, so the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,6 +45,22 @@ class Affine(Protocol):
 
     @property
     def value(self) -> float | None: ...
+
+
+def time_clause(cycles: int, share: float, latency_ms: float | None, measured: bool) -> str:
+    """`est. 3,232 cycles (0.0202 ms), 20.1% of the artifact's time`: what an island costs, as its
+    message ends and as the text report sums a group of islands (`measured` when a profile measured
+    them; milliseconds when a board's clock is set). The static tier prices nothing: its messages
+    end before this."""
+    at_clock = f" ({latency_ms:.3g} ms)" if latency_ms is not None else ""
+    return f"{'measured' if measured else 'est.'} {cycles:,} cycles{at_clock}, {share:.1%} of the artifact's time"
+
+
+def time_clause_of(details: Mapping[str, Any]) -> str:
+    """The time clause of one priced finding, from its details (`cycles`, `time_share`, ...)."""
+    latency = details.get("latency_ms")
+    return time_clause(int(details["cycles"]), float(details["time_share"]),
+                       None if latency is None else float(latency), bool(details.get("cycles_measured")))
 
 
 def factor(terms: Sequence[Affine]) -> float | None:

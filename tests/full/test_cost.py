@@ -70,12 +70,16 @@ def test_a_board_gives_cycles_and_milliseconds_for_the_artifact_and_each_finding
     assert scale["details"]["cycles"] > 0 and scale["details"]["time_share"] == pytest.approx(
         scale["details"]["cycles"] / stats["cycles"], abs=1e-4)
     assert scale["details"]["latency_ms"] == pytest.approx(scale["details"]["cycles"] / 120e3, abs=1e-6)
+    # the message says it too, so an annotation or a SARIF result carries the island's time
+    details = scale["details"]
+    assert scale["message"].endswith(f"; est. {details['cycles']:,} cycles ({details['latency_ms']:.3g} ms), "
+                                     f"{details['time_share']:.1%} of the artifact's time")
     # without a board: the config's CPU (cortex-m55 by default), no clock, so no milliseconds
     _, plain = run_json(["check", "--no-cache", str(attention)], capsys)
     [unclocked] = plain["artifacts"]
     assert unclocked["core"] == "cortex-m55 (MVE kernels, FPU)" and unclocked["latency_ms"] is None
     code, _, err = run_cli(["check", "--board", "no-such-board", str(attention)], capsys)
-    assert code == 2 and err.startswith("qlint: --board: unknown board 'no-such-board' (known: arduino-nano-33-ble")
+    assert code == 2 and err.startswith("qlint: --board: unknown board 'no-such-board' (known: alif-e8-dk-he")
 
 
 @pytest.mark.model("make_attention")
