@@ -2,6 +2,11 @@
 
 The per-program work (lower, run the rules) is `qlint.graph.lint`; this module
 owns discovery, the cache, shards, child processes and writing fixes.
+
+The cache: `entry` decides which answers are kept and under which key, for a file (its bytes) and
+a target (its sources) alike. A file's entry is read and written by `lint_file`, which has its
+bytes; a target's is read by `run` before any child starts (a cached target needs no torch) and
+written by `run_one` after its child answered.
 """
 
 from __future__ import annotations
@@ -201,7 +206,7 @@ def lint_file(path: Path, config: Config, options: RunOptions, cache: Cache | No
         data = read_input(path, config.limits.file_bytes, "artifact", CONFIGURED)
     except ReadError as exc:
         return Report(errors=[InputError(artifact, str(exc))])
-    key = cache.key(data, artifact) if cache is not None and options.fix is None and options.profile is None else None
+    key = entry(cache, config, options, data=data, artifact=artifact)
     hit = cache.get(key, artifact) if cache is not None and key is not None else None
     if hit is not None:
         return hit
@@ -464,11 +469,13 @@ def plan_work(
     return work, errors
 
 
-def target_key(work: Work, config: Config, options: RunOptions, cache: Cache | None) -> str | None:
-    """The cache entry of a target check (never of a fix, which writes a program)."""
-    if work.target is None or cache is None or options.fix is not None:
+def entry(cache: Cache | None, config: Config, options: RunOptions, *, target: Target | None = None,
+          data: bytes = b"", artifact: str = "") -> str | None:
+    """The cache key of a check's answer, or None when none is kept: never for a fix (it writes a
+    program) or a profiled check (the profile, not the program, decides its figures)."""
+    if cache is None or options.fix is not None or options.profile is not None:
         return None
-    return cache.target_key(work.target, config)
+    return cache.target_key(target, config) if target is not None else cache.key(data, artifact)
 
 
 def run_one(work: Work, config: Config, options: RunOptions, cache: Cache | None = None, *, isolate: bool = False,
@@ -520,7 +527,7 @@ def run(
     options = options or RunOptions()
     work, errors = plan_work(paths, targets, config, shard)
     report = Report(errors=errors)
-    keys = {id(w): target_key(w, config, options, cache) for w in work if w.target is not None}
+    keys = {id(w): entry(cache, config, options, target=w.target) for w in work if w.target is not None}
     answered = {id(w): hit for w in work
                 if cache is not None and (key := keys.get(id(w))) and (hit := cache.get(key, w.name))}
     if work and not options.static and (jobs > 1 or any(w.target is not None and id(w) not in answered for w in work)):
