@@ -39,12 +39,12 @@ def _torchvision_stubbed() -> Iterator[None]:
             del sys.modules[name]
 
 
-def make_two_way_transformer() -> tuple:
+def make_two_way_transformer(depth: int = 2) -> tuple:
     with _torchvision_stubbed():
         from segment_anything.modeling.transformer import TwoWayTransformer
 
     torch.manual_seed(0)
-    model = TwoWayTransformer(depth=2, embedding_dim=32, mlp_dim=64, num_heads=2).eval()
+    model = TwoWayTransformer(depth=depth, embedding_dim=32, mlp_dim=64, num_heads=2).eval()
     generator = torch.Generator().manual_seed(0)
 
     def batch() -> tuple[torch.Tensor, ...]:

@@ -34,11 +34,11 @@ def _built(model: torch.nn.Module, key: str, shape: tuple[int, ...]) -> tuple:
     return LastHiddenState(model, key), example, [example, (torch.randn(shape, generator=generator),)]
 
 
-def make_bert() -> tuple:
+def make_bert(layers: int = 2) -> tuple:
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=16, attn_implementation="eager")
     return _built(BertModel(config), "inputs_embeds", (1, 8, 32))
 

@@ -104,7 +104,7 @@ def remedy(
     model at most `config.remedy_max_sqnr_drop_db` lower. Raises FixError (nothing
     built) when the kept remedies together fail or cost more accuracy than that.
     """
-    from qlint.io.reads import ReadError
+    from qlint.graph.quantize import BuildError
     from qlint.remedies.remedy import Build
     from qlint.remedies.search import remediate
 
@@ -112,7 +112,7 @@ def remedy(
     names = [RemedyName(name) for name in remedies]
     try:
         done = remediate(Build(module, tuple(example_inputs), tuple(calibration_inputs)), names, config, artifact)
-    except ReadError as exc:  # the plain build does not export, quantize, lower or run
+    except BuildError as exc:  # the plain build does not export, quantize, lower or run
         raise FixError(str(exc)) from None
     if done.error is not None:
         raise FixError(done.error)

@@ -12,9 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from qlint.graph import stack
-from qlint.graph.lowering import first_line
-from qlint.io.reads import ReadError
+from qlint.io.reads import first_line
 from qlint.settings.config import Target
+
+
+class BuildError(Exception):
+    """A config target's factory cannot be imported, called or built into a program: one line for
+    that target, exit code 2 (the file-level counterpart of `qlint.io.reads.ReadError`)."""
 
 
 def quantize(
@@ -93,31 +97,31 @@ def call_factory(target: Target, base: Path, root: Path) -> tuple[Any, tuple[Any
     try:
         origin = module_file(module_name)
         if origin is None or not _inside(origin, root):
-            raise ReadError(f"{module_name} is not a module file of this repository ({origin or 'built in'}); "
+            raise BuildError(f"{module_name} is not a module file of this repository ({origin or 'built in'}); "
                             "factories are imported from the repository only")
         module = importlib.import_module(module_name)
-    except ReadError:
+    except BuildError:
         raise
     except SystemExit as exc:
-        raise ReadError(f"importing {module_name} called sys.exit({exc.code!r})") from None
+        raise BuildError(f"importing {module_name} called sys.exit({exc.code!r})") from None
     except Exception as exc:
-        raise ReadError(f"cannot import {module_name}: {type(exc).__name__}: {first_line(exc)}") from None
+        raise BuildError(f"cannot import {module_name}: {type(exc).__name__}: {first_line(exc)}") from None
     factory = getattr(module, func_name, None)
     if not callable(factory):
-        raise ReadError(f"{module_name} has no function {func_name}")
+        raise BuildError(f"{module_name} has no function {func_name}")
     try:
         result = factory()
     except SystemExit as exc:
-        raise ReadError(f"{what} called sys.exit({exc.code!r}) instead of returning") from None
+        raise BuildError(f"{what} called sys.exit({exc.code!r}) instead of returning") from None
     except Exception as exc:
-        raise ReadError(f"{what} raised {type(exc).__name__}: {first_line(exc)}") from None
+        raise BuildError(f"{what} raised {type(exc).__name__}: {first_line(exc)}") from None
     if not isinstance(result, tuple) or len(result) not in (2, 3):
-        raise ReadError(f"{what} must return (module, example_inputs[, calibration_inputs])")
+        raise BuildError(f"{what} must return (module, example_inputs[, calibration_inputs])")
     try:
         model, example = result[0], tuple(result[1])
         calibration = [tuple(batch) for batch in result[2]] if len(result) == 3 and result[2] else None
     except TypeError as exc:
-        raise ReadError(f"{what} must return (module, example_inputs[, calibration_inputs]): {exc}") from None
+        raise BuildError(f"{what} must return (module, example_inputs[, calibration_inputs]): {exc}") from None
     return model, example, calibration
 
 

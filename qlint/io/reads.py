@@ -18,7 +18,7 @@ from typing import Any
 
 
 class ReadError(Exception):
-    """An input that cannot be read: one line, exit code 2."""
+    """An input that cannot be read, or is past one of its bounds (`io.limits`): one line, exit code 2."""
 
 
 # Where the bound of a read comes from, as its error says it: `limits:` in the config sets the bound

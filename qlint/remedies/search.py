@@ -29,10 +29,10 @@ from qlint.fix.apply import (
     verification_inputs,
 )
 from qlint.graph.folds import FoldKind
-from qlint.graph.quantize import export_float, quantize_graph, without_fast_paths
+from qlint.graph.quantize import BuildError, export_float, quantize_graph, without_fast_paths
 from qlint.graph.readers import seeded_batches
 from qlint.graph.view import op_name
-from qlint.io.reads import ReadError, first_line
+from qlint.io.reads import first_line
 from qlint.remedies.all_remedies import REMEDIES
 from qlint.remedies.int8_io import feed, read
 from qlint.remedies.remedy import (
@@ -244,7 +244,7 @@ def _refused_or_partly_kept(
 def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifact: str) -> Remediated:
     """Try each remedy alone against the plain build; build the kept ones together.
 
-    Raises ReadError when the plain build fails.
+    Raises BuildError when the plain build fails.
     """
     batches = sqnr_batches(build)
     reference = float_outputs(build.model, batches)
@@ -252,7 +252,7 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
     try:
         plain = _built(build, [], config, artifact, batches, reference)
     except RemedyError as exc:
-        raise ReadError(f"the plain build fails: {exc}") from None
+        raise BuildError(f"the plain build fails: {exc}") from None
     baseline = plain.measured
     report = RemedyReport(artifact, baseline, sqnr_inputs=len(batches), max_sqnr_drop_db=guard)
     float_graph = export_float(build.model, build.example)

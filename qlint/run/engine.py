@@ -355,7 +355,7 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
     With `--fix` and remedies selected, the remedies that help are applied first
     (`qlint.remedies.search`), and the folds act on that build.
     """
-    from qlint.graph.quantize import call_factory, quantize
+    from qlint.graph.quantize import BuildError, call_factory, quantize
 
     artifact = f"target:{target.name}"
     report = Report()
@@ -388,7 +388,7 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
             example, calibration = built.example, list(built.calibration) or None
         else:
             program = quantize(model, example, calibration)
-    except ReadError as exc:
+    except (BuildError, ReadError) as exc:  # ReadError: a factory source the remedies patch is past its bound
         report.errors.append(InputError(artifact, str(exc)))
         return report
     except Exception as exc:  # the factory's model made export or quantization raise

@@ -22,22 +22,10 @@ from qlint.settings.config import Config, RemedyName
 
 
 def one_block_sam() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], list[tuple[torch.Tensor, ...]]]:
-    """SAM's `TwoWayTransformer` as examples/sam.py builds it, with one two-way block (depth 1): 4 attentions."""
-    from examples.sam import _torchvision_stubbed
+    """SAM's `TwoWayTransformer` as examples/sam.py builds it, with one two-way block: 4 attentions."""
+    from examples.sam import make_two_way_transformer
 
-    with _torchvision_stubbed():
-        from segment_anything.modeling.transformer import TwoWayTransformer
-
-    torch.manual_seed(0)
-    model = TwoWayTransformer(depth=1, embedding_dim=32, mlp_dim=64, num_heads=2).eval()
-    generator = torch.Generator().manual_seed(0)
-
-    def batch() -> tuple[torch.Tensor, ...]:
-        return (torch.randn(1, 32, 4, 4, generator=generator), torch.randn(1, 32, 4, 4, generator=generator),
-                torch.randn(1, 5, 32, generator=generator))
-
-    example = batch()
-    return model, example, [example] + [batch() for _ in range(3)]
+    return make_two_way_transformer(depth=1)
 
 
 # What each model's tests read: every remedy, or the ones they assert on where a model's builds
@@ -162,15 +150,10 @@ def test_int8_layernorm_takes_a_two_layer_transformer_encoder_to_int8_kernels_on
 
 
 def one_layer_bert() -> tuple[torch.nn.Module, tuple[torch.Tensor], list[tuple[torch.Tensor]]]:
-    """`transformers`' BertModel as the zoo builds it (examples/zoo.py), with one encoder layer: 3 LayerNorms."""
-    from transformers import BertConfig, BertModel
+    """`transformers`' BertModel as the zoo builds it, with one encoder layer: 3 LayerNorms."""
+    from examples.zoo import make_bert
 
-    from examples.zoo import _built
-
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=16, attn_implementation="eager")
-    return _built(BertModel(config), "inputs_embeds", (1, 8, 32))
+    return make_bert(layers=1)
 
 
 @pytest.mark.model("one_layer_bert")
