@@ -130,3 +130,30 @@ def test_no_reporter_constructs_a_finding() -> None:
             calls = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
                      and isinstance(n.func, ast.Name) and n.func.id == "Finding"]
             assert not calls, name
+
+
+def test_the_architecture_page_draws_the_package_as_it_is() -> None:
+    """docs/architecture.md line by line where a test can read it: its layer line is `LAYERS`, the
+    packages it says import the stack at module level are `TORCH_AT_MODULE_LEVEL`, every module its
+    flow diagram names exists, and every module it lists stands under its own package's heading."""
+    import re
+
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    layer_line, flow = re.findall(r"```\n(.*?)```", page, re.S)[:2]
+    assert [part.strip() for part in layer_line.split("─>")] == [*LAYERS[:-1], "cli, api"]
+    said = re.search(r"imported at module level only\s+in (.*?), directly", page, re.S)
+    assert said is not None and set(re.findall(r"`(\w+)/`", said[1])) == TORCH_AT_MODULE_LEVEL
+    named = set(re.findall(rf"\b((?:{'|'.join(LAYERS)})\.\w+)", flow))
+    assert len(named) > 15 and sorted(n for n in named if f"qlint.{n}" not in MODULES) == []
+    package, listed = None, 0
+    for line in page.splitlines():
+        if heading := re.match(r"\*\*`qlint/(\w+)/`", line):
+            package = heading[1]
+        elif line.startswith("## ") or line.startswith("**`qlint/api.py`"):
+            package = None
+        elif package and line.startswith("- "):
+            for name in re.findall(r"`(\w+\.py)`", line.split(":")[0]):
+                listed += 1
+                assert (PACKAGE / package / name).exists() or (PACKAGE / package / "commands" / name).exists(), \
+                    f"docs/architecture.md lists {name} under qlint/{package}/"
+    assert listed > 50
