@@ -29,7 +29,8 @@ MODEL_FIXTURES = {"sam_pt2": "make_two_way_transformer", "sam_from_target": "mak
 
 
 def named_model(item: pytest.Item) -> str | None:
-    """The model a test builds by name in its body (`linted("make_mobilevit")`), if one."""
+    """The model a test's body names (`linted("make_mobilevit")`), if one: such a test must carry
+    `@pytest.mark.model(NAME)`, which collection checks (the mark groups it, never this guess)."""
     import inspect
     import re
 
@@ -61,8 +62,9 @@ def tier_rank(item: pytest.Item) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test joins the group of the model it reads (`@pytest.mark.model(NAME)`, a `name`
     parameter, or a fixture that builds one model), else its file's group: under `--dist loadgroup`
-    a group runs on one worker, so no model is exported, quantized or lowered by both. Groups are
-    handed out in TIER_ORDER."""
+    a group runs on one worker, so no model is exported, quantized or lowered by both. A test whose
+    body names a model without any of these is a collection error. Groups are handed out in
+    TIER_ORDER."""
     items.sort(key=tier_rank)  # stable: a file's tests keep their order
     for item in items:
         params = getattr(item, "callspec", None)
@@ -70,7 +72,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixture = next((MODEL_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in MODEL_FIXTURES), None)
         marked = item.get_closest_marker("model")
         group = (marked.args[0] if marked is not None else
-                 name if isinstance(name, str) and name.startswith("make_") else fixture or named_model(item))
+                 name if isinstance(name, str) and name.startswith("make_") else fixture)
+        if group is None and (model := named_model(item)) is not None:
+            raise pytest.UsageError(f"{item.nodeid} builds {model} by name: mark it "
+                                    f"@pytest.mark.model({model!r}) so that one worker builds it")
         item.add_marker(pytest.mark.xdist_group(group or item.path.name))
         if any(item.path.is_relative_to(ROOT / "tests" / tier) for tier in ("slow", "integration")):
             item.add_marker(pytest.mark.slow)  # the one rule: the tier decides, never a mark by hand

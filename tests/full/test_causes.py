@@ -183,6 +183,7 @@ def test_every_suggested_change_makes_the_op_a_cortex_m_kernel(spec: str, kernel
         assert scale.details["identity"] is True
 
 
+@pytest.mark.model("make_roberta_masked")
 def test_a_padding_mask_is_named_by_the_input_it_comes_from(linted: Any) -> None:
     """transformers' RoBERTa called with `attention_mask`: the add's fp32 operand is the extended mask
     computed from that input, named by the op the user's code wrote and its line."""

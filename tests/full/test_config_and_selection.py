@@ -68,6 +68,7 @@ def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str], 
     assert used[2:] == ["cortex-m55", "cortex-m55"]  # the default
 
 
+@pytest.mark.model("make_attention")
 def test_directories_are_walked_with_include_and_exclude(
     pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -121,6 +121,7 @@ def test_the_lstm_pte_reports_what_the_program_reports(lstm_linted: Any, lstm: t
     assert only(lint_pte(fixed.pte, "lstm.fixed.pte", Config()).findings, "QL008") == []
 
 
+@pytest.mark.model("make_computed_scale")
 def test_a_scale_computed_from_a_parameter_is_reported_where_it_is_written(linted: Callable[..., Any]) -> None:
     """`x + torch.full((1, 8, 16), 0.5) * w`: full and mul run in fp32 on every inference, and their
     result is quantized for the int8 add; coverage counts them."""
@@ -134,6 +135,7 @@ def test_a_scale_computed_from_a_parameter_is_reported_where_it_is_written(linte
     assert checked.stats.fp32_islands == 0
 
 
+@pytest.mark.model("make_computed_scale")
 def test_a_scale_ending_in_a_quantize_is_stored_as_int8(linted: Callable[..., Any],
                                                          quantized: Callable[..., Any]) -> None:
     from examples.models import make_computed_scale
@@ -156,6 +158,7 @@ def test_a_scale_ending_in_a_quantize_is_stored_as_int8(linted: Callable[..., An
     assert_same_outputs(unfixed, result.program, [example, *seeded(example)])
 
 
+@pytest.mark.model("make_computed_scale_quantized_mul")
 def test_an_int_kernel_reading_a_float_constant_is_ql007(linted: Callable[..., Any]) -> None:
     """With the parameter's shape the quantizer's mul pattern takes `full * w`; the lowering folds the
     quantize of the `full` away and never computes it, so cortex_m.quantized_mul reads floats: an error,
@@ -181,6 +184,7 @@ def test_an_int_kernel_reading_a_float_constant_is_ql007(linted: Callable[..., A
     assert not finding.fixable and finding.details["misread"] in finding.message
 
 
+@pytest.mark.model("make_computed_scale_quantized_mul")
 def test_fix_puts_the_folded_quantize_back_and_stores_what_the_quantized_program_computes(
         quantized: Callable[..., Any], linted: Callable[..., Any]) -> None:
     """`--fix` quantizes the `full` as the folded quantize did, then computes the constant group once:
@@ -220,6 +224,7 @@ def test_fix_puts_the_folded_quantize_back_and_stores_what_the_quantized_program
     assert value.dtype == torch.float32 and torch.equal(value, recorded[product])
 
 
+@pytest.mark.model("make_computed_scale")
 def test_the_constant_kinds_guard_applies(quantized: Callable[..., Any]) -> None:
     guarded = Config(fold=FoldGuards(constant_kinds=tuple(k for k in ConstantKind if k != ConstantKind.PARAMETER)))
     [finding] = only(lint_program(quantized("make_computed_scale"), "scale", guarded).findings, "QL008")
@@ -228,6 +233,7 @@ def test_the_constant_kinds_guard_applies(quantized: Callable[..., Any]) -> None
     ] and not finding.fixable
 
 
+@pytest.mark.model("make_causal_attention")
 def test_a_mask_that_mixes_integer_and_float_work_is_one_subgraph(linted: Callable[..., Any],
                                                                    quantized: Callable[..., Any]) -> None:
     """The causal mask: arange, sub and ge on integers, full, scalar_tensor and where in float."""

@@ -67,6 +67,7 @@ def test_attention_scale_folds_and_is_bit_exact(
     assert_same_outputs(unfixed, result.program, seeded(example(factory)))
 
 
+@pytest.mark.model("make_pool")
 def test_scale_feeding_pool_keeps_the_pool_scale(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
     unfixed = linted("make_pool").lowered
     pool_args = literal_args(unfixed, "avg_pool")
@@ -83,6 +84,7 @@ def test_scale_feeding_pool_keeps_the_pool_scale(fixed: Callable[..., Any], lint
     assert_same_outputs(unfixed, result.program, seeded(example("make_pool")))
 
 
+@pytest.mark.model("make_pool")
 def test_table_fold_maps_all_256_inputs_like_the_island(
     fixed: Callable[..., Any], quantized: Callable[..., Any]
 ) -> None:
@@ -102,6 +104,7 @@ def test_table_fold_maps_all_256_inputs_like_the_island(
     assert len(set(expected.tolist())) > 10  # a real function, not a constant table
 
 
+@pytest.mark.model("make_constant_first")
 def test_constant_first_island_becomes_a_table(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
     result = fixed("make_constant_first")
     assert [(f.code, f.kind) for f in result.summary.folds] == [("QL002", "table")]
@@ -123,6 +126,7 @@ def test_runtime_divisor_and_layer_norm_are_left_with_reasons(fixed: Callable[..
     assert peak.bytes == peak.fp32_bytes == 4 * (2 * 8 * 16 + 2 * 8) and peak.input_bytes == 0
 
 
+@pytest.mark.model("make_scale")
 def test_int16_guards_leave_the_island_and_say_why(fixed: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     program = quantized("make_scale", int16=True)
     result = fixed("make_scale", int16=True)
@@ -135,6 +139,7 @@ def test_int16_guards_leave_the_island_and_say_why(fixed: Callable[..., Any], qu
     assert "aten.div.Tensor" not in ops(result.program)
 
 
+@pytest.mark.model("make_multi_head")
 def test_fix_is_idempotent(fixed: Callable[..., Any]) -> None:
     result = fixed("make_multi_head")
     again = run_rules(GraphView(result.program), "mha", Config())
@@ -221,6 +226,7 @@ def test_sam_fix(sam_fixed: tuple[dict[str, Any], Path]) -> None:
     assert list(program.execution_plan[0].non_const_buffer_sizes)[1:] and sum(program.execution_plan[0].non_const_buffer_sizes) == after
 
 
+@pytest.mark.model("make_two_way_transformer")
 def test_sam_fixed_outputs_match_on_8_seeded_inputs(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
     from examples.sam import make_two_way_transformer
 
@@ -243,6 +249,7 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.model("make_attention")
 def test_cli_fix_writes_next_to_input_and_never_touches_it(
     pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -257,6 +264,7 @@ def test_cli_fix_writes_next_to_input_and_never_touches_it(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.etrecord", "attention.pt2", "attention.pte"]
 
 
+@pytest.mark.model("make_attention")
 def test_diff_writes_nothing(pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "attention.pt2"
     source.write_bytes(pt2_dir("make_attention").read_bytes())
@@ -275,6 +283,7 @@ def test_fix_on_pte_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert err.strip() == f"qlint: error: {pte}: .pte files can be checked but not fixed: fix the .pt2 it came from"
 
 
+@pytest.mark.model("make_attention")
 def test_unwritable_output_is_a_clear_error(pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
@@ -291,6 +300,7 @@ def test_unwritable_output_is_a_clear_error(pt2_dir: Callable[[str], Path], tmp_
     assert code == 2 and "cannot write" in err and "attention.pte" in err
 
 
+@pytest.mark.model("make_attention")
 def test_verification_mismatch_writes_nothing(
     pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -314,6 +324,7 @@ def test_verification_mismatch_writes_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.pt2"]
 
 
+@pytest.mark.model("make_scale_chain")
 def test_chain_with_reshape_folds_to_a_table_after_the_reshape(
     fixed: Callable[..., Any], linted: Callable[..., Any]
 ) -> None:
@@ -325,6 +336,7 @@ def test_chain_with_reshape_folds_to_a_table_after_the_reshape(
     assert_same_outputs(unfixed.lowered, result.program, seeded(example("make_scale_chain")))
 
 
+@pytest.mark.model("make_scale_into_concat")
 def test_int16_scale_that_cannot_fold_exactly_is_left_with_the_count(quantized: Callable[..., Any]) -> None:
     program = quantized("make_scale_into_concat", int16=True)
     config = Config(fold=FoldGuards(dtypes=("int8", "int16")))
@@ -337,6 +349,7 @@ def test_int16_scale_that_cannot_fold_exactly_is_left_with_the_count(quantized: 
     assert "aten.div.Tensor" in ops(result.program)
 
 
+@pytest.mark.model("make_half_into_concat")
 def test_int16_power_of_two_scale_folds_into_the_output_quantize(quantized: Callable[..., Any]) -> None:
     """x / 2 into a concat's shared quantizer: not an identity, exact as a rescale."""
     program = quantized("make_half_into_concat", int16=True)
@@ -378,6 +391,7 @@ def test_shape_ops_inside_an_island_are_replayed_on_the_integers(
     assert_same_outputs(unfixed, result.program, seeded(example(factory)))
 
 
+@pytest.mark.model("make_half_precision_island")
 def test_a_dtype_conversion_inside_an_island_is_evaluated_not_replayed(
     fixed: Callable[..., Any], linted: Callable[..., Any]
 ) -> None:
@@ -401,6 +415,7 @@ def test_a_dtype_conversion_inside_an_island_is_evaluated_not_replayed(
     assert_same_outputs(unfixed, result.program, seeded(example("make_half_precision_island")))
 
 
+@pytest.mark.model("make_per_channel_scale")
 def test_a_per_channel_constant_is_reported_and_left_not_evaluated(
     fixed: Callable[..., Any], quantized: Callable[..., Any]
 ) -> None:
@@ -418,6 +433,7 @@ def test_a_per_channel_constant_is_reported_and_left_not_evaluated(
         "expand-broadcasts remedy, qlint fix --unsafe-fixes)"]
 
 
+@pytest.mark.model("make_uniform_vector_scale")
 def test_a_uniform_vector_constant_folds_like_a_scalar(fixed: Callable[..., Any], linted: Callable[..., Any]) -> None:
     result = fixed("make_uniform_vector_scale")
     [fold] = result.summary.folds  # QL002: the island is x / w then abs
@@ -443,6 +459,7 @@ def test_a_program_executorch_cannot_serialize_is_a_one_line_error() -> None:
     )
 
 
+@pytest.mark.model("make_masked_attention")
 def test_a_scale_with_an_in_graph_mask_folds_after_its_quantize_is_put_back(
         fixed: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     """The mask's `aten.full` feeds the int8 add as floats (QL007): `--fix` puts its quantize back, stores the
@@ -459,6 +476,7 @@ def test_a_scale_with_an_in_graph_mask_folds_after_its_quantize_is_put_back(
     assert find_invalid(GraphView(result.program, quantized=program), batches) is None
 
 
+@pytest.mark.model("make_conv_hardswish")
 def test_fix_refuses_a_lowered_program_that_cannot_run(quantized: Callable[..., Any]) -> None:
     from qlint.fix.apply import FixError
 

@@ -87,6 +87,7 @@ def test_the_stack_collects_cia_ops_with_one_dispatcher_walk_and_the_same_answer
     assert export_utils._materialize_cpp_cia_ops.__name__ == "_materialize_cpp_cia_ops"  # restored after the call
 
 
+@pytest.mark.model("make_attention")
 def test_a_lowering_with_shared_provenance_records_is_the_lowering_torch_copies_them_for(
         quantized: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """qlint's lowering snapshots a node's provenance without deep-copying its tree: the same records
@@ -118,6 +119,7 @@ def test_a_lowering_with_shared_provenance_records_is_the_lowering_torch_copies_
     assert shared == copied and sum(1 for _, handle, _ in shared if handle) > 10
 
 
+@pytest.mark.model("make_attention")
 def test_kernels_registered_directly_are_the_kernels_torch_registers(
         quantized: Callable[..., Any]) -> None:
     """qlint's lowering registers the ~12,000 CompositeImplicitAutograd overrides of a

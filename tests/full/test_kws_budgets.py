@@ -137,6 +137,7 @@ def test_compare_shows_what_dropping_channels_last_did_and_a_growth_limit_fails_
     assert f"| target:kws | arena_bytes | {before['arena_bytes']:,} B | {after['arena_bytes']:,} B |" in table
 
 
+@pytest.mark.model("make_attention")
 def test_the_api_holds_a_program_to_the_configs_budgets_as_the_cli_does(
         quantized: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`qlint.api.lint` returns QL009 where `qlint check` reports it: the rule runs with the others,
@@ -162,6 +163,7 @@ def test_the_api_holds_a_program_to_the_configs_budgets_as_the_cli_does(
     assert not [f for f in lint(program, artifact="attention.pt2") if f.code == "QL009"]
 
 
+@pytest.mark.model("make_attention")
 def test_a_check_measures_the_folded_program_without_running_it(
         quantized: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Running the program before and after on every verification input is `--fix`'s work: a check

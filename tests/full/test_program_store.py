@@ -7,9 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import CHECKOUT, ROOT
 
 
+@pytest.mark.model("make_attention")
 def test_stored_programs_name_no_checkout_and_read_back_as_this_one(
     quantized: Callable[..., Any], program_store: Path
 ) -> None:

@@ -86,6 +86,7 @@ def test_a_rule_code_is_spelled_only_in_the_rule_table() -> None:
     assert spelled == {"rules/table.py"}
 
 
+@pytest.mark.model("make_attention")
 def test_each_region_is_evaluated_once_for_its_finding_and_its_fold(
     quantized: Callable[..., Any], evaluations: Counter[tuple[str, ...]], calls: Counter[str]
 ) -> None:
@@ -98,6 +99,7 @@ def test_each_region_is_evaluated_once_for_its_finding_and_its_fold(
     assert calls["plan_region"] == 2
 
 
+@pytest.mark.model("make_scale")
 def test_the_fixed_program_reuses_the_evaluations_of_what_it_kept(
     quantized: Callable[..., Any], evaluations: Counter[tuple[str, ...]]
 ) -> None:
@@ -116,6 +118,7 @@ def test_the_fixed_program_reuses_the_evaluations_of_what_it_kept(
     assert again.pte == result.pte and again.findings == result.findings and again.summary == result.summary
 
 
+@pytest.mark.model("make_attention")
 def test_a_deselected_rule_does_no_analysis(
     quantized: Callable[..., Any], evaluations: Counter[tuple[str, ...]], calls: Counter[str]
 ) -> None:
@@ -130,6 +133,7 @@ def test_a_deselected_rule_does_no_analysis(
     assert calls == Counter({"classify": 1}) and evaluations == Counter()
 
 
+@pytest.mark.model("make_attention")
 def test_fix_leaves_what_a_deselected_rule_would_fold(fixed: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     """ruff's rule: --fix fixes only what the selected rules report."""
     from qlint.graph.islands import requantize_pairs

@@ -129,6 +129,7 @@ def test_shards_partition_the_inputs(zoo: Path, capsys: pytest.CaptureFixture[st
     assert [Path(s["artifact"]).name for s in json.loads(out)["artifacts"]] == seen[1]  # deterministic
 
 
+@pytest.mark.model("make_multi_head")
 def test_verbose_tracebacks_never_reach_a_plain_run_through_the_cache(
     pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

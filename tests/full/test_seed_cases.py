@@ -50,6 +50,7 @@ def test_attention_scale_is_ql001(linted: Callable[..., Any], quantized: Callabl
     assert "already an exact identity on int8 values" in finding.message
 
 
+@pytest.mark.model("make_attention")
 def test_attention_softmax_requantize_is_ql004(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     checked = linted("make_attention")
     finding = only(checked.findings, "QL004")
@@ -58,6 +59,7 @@ def test_attention_softmax_requantize_is_ql004(linted: Callable[..., Any], quant
     assert "a rescale done in fp32" in finding.message
 
 
+@pytest.mark.model("make_pool")
 def test_scale_feeding_pool_is_ql001_not_identity(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     checked = linted("make_pool")
     finding = only(checked.findings, "QL001")
@@ -68,6 +70,7 @@ def test_scale_feeding_pool_is_ql001_not_identity(linted: Callable[..., Any], qu
     assert all("avg_pool" not in op for f in checked.findings for op in f.details.get("ops", []))
 
 
+@pytest.mark.model("make_constant_first")
 def test_constant_first_operand_is_not_ql001(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     checked = linted("make_constant_first")
     assert "QL001" not in codes(checked.findings)
@@ -75,6 +78,7 @@ def test_constant_first_operand_is_not_ql001(linted: Callable[..., Any], quantiz
     assert "constant-first operand" in finding.details["reason"]
 
 
+@pytest.mark.model("make_runtime_divisor")
 def test_runtime_divisor_is_not_ql001(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     checked = linted("make_runtime_divisor")
     assert "QL001" not in codes(checked.findings)
@@ -88,6 +92,7 @@ def test_runtime_divisor_is_not_ql001(linted: Callable[..., Any], quantized: Cal
     assert "aten.div.Tensor" in finding.details["ops"]
 
 
+@pytest.mark.model("make_norm")
 def test_layer_norm_is_ql002_never_ql001(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     checked = linted("make_norm")
     assert "QL001" not in codes(checked.findings)
@@ -101,6 +106,7 @@ def test_layer_norm_is_ql002_never_ql001(linted: Callable[..., Any], quantized: 
     assert finding.location.code == "return self.norm(self.proj(x))"
 
 
+@pytest.mark.model("make_scale")
 def test_int16_scale_names_the_dtype_guard(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     checked = linted("make_scale", int16=True)
     finding = only(checked.findings, "QL001")
@@ -113,12 +119,14 @@ def test_int16_scale_names_the_dtype_guard(linted: Callable[..., Any], quantized
     assert finding.details["blocked_by"] == [] and finding.fixable
 
 
+@pytest.mark.model("make_attention")
 def test_constant_kind_guard(quantized: Callable[..., Any]) -> None:
     config = Config(fold=FoldGuards(constant_kinds=("parameter",)))
     finding = only(lint_program(quantized("make_attention"), "a", config).findings, "QL001")
     assert finding.details["blocked_by"] == ["fold.constant_kinds: buffer not in [parameter]"]
 
 
+@pytest.mark.model("make_multi_head")
 def test_stock_lowering_crash_is_ql003_and_quantized_program_still_analysed(quantized: Callable[..., Any]) -> None:
     checked = lint_program(quantized("make_multi_head"), "mha", Config(), RunOptions(order=LoweringOrder.STOCK))
     assert checked.lowered is None
@@ -135,6 +143,7 @@ def test_stock_lowering_crash_is_ql003_and_quantized_program_still_analysed(quan
     assert checked.stats.lowered is False
 
 
+@pytest.mark.model("make_multi_head")
 def test_coverage_counts_int_kernels(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     checked = linted("make_multi_head")
     finding = only(checked.findings, "QL005")
@@ -146,6 +155,7 @@ def test_coverage_counts_int_kernels(linted: Callable[..., Any], quantized: Call
     assert "QL005" not in codes(lint_program(quantized("make_multi_head"), "mha", relaxed).findings)
 
 
+@pytest.mark.model("make_scale_chain")
 def test_chain_with_reshape_is_one_ql001(linted: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     checked = linted("make_scale_chain")
     finding = only(checked.findings, "QL001")
@@ -157,6 +167,7 @@ def test_chain_with_reshape_is_one_ql001(linted: Callable[..., Any], quantized: 
     assert checked.stats.fp32_islands == 1
 
 
+@pytest.mark.model("make_masked_attention")
 def test_an_in_graph_mask_that_masks_nothing_is_part_of_a_ql001_scale(linted: Callable[..., Any]) -> None:
     """`scores * scaling + mask` with the mask built in the graph (`ones`, `full`, quantize ops):
     the mask is a computed constant, zero everywhere, so the island is a scale with a zero offset."""
@@ -179,6 +190,7 @@ def test_an_in_graph_mask_that_masks_nothing_is_part_of_a_ql001_scale(linted: Ca
                                               "aten.full.default") and not mask.fixable
 
 
+@pytest.mark.model("make_causal_attention")
 def test_a_causal_mask_differs_by_position(linted: Callable[..., Any]) -> None:
     """Named as the model writes it (`torch.triu`), not as lowering decomposed it (`aten.where`)."""
     finding = only(linted("make_causal_attention").findings, "QL002")
@@ -201,6 +213,7 @@ def test_an_int8_tensor_left_to_a_float_op_is_ql007(linted: Callable[..., Any]) 
     assert clean.findings == [] and clean.stats.coverage == 1.0
 
 
+@pytest.mark.model("make_clamp")
 def test_an_int16_clamp_with_float_bounds_is_ql007(linted: Callable[..., Any]) -> None:
     finding = only(linted("make_clamp", int16=True).findings, "QL007")
     assert finding.message == (
@@ -210,6 +223,7 @@ def test_an_int16_clamp_with_float_bounds_is_ql007(linted: Callable[..., Any]) -
     assert finding.location.code == "return x.clamp(-1.0, 1.0)"
 
 
+@pytest.mark.model("make_transformer_encoder")
 def test_a_transformer_encoder_is_exported_without_the_fused_fast_path(linted: Callable[..., Any]) -> None:
     """Under no_grad the layer would export as one aten._transformer_encoder_layer_fwd (0 % int8)."""
     import torch
@@ -228,6 +242,7 @@ def test_a_transformer_encoder_is_exported_without_the_fused_fast_path(linted: C
     )
 
 
+@pytest.mark.model("make_conv_hardswish")
 def test_an_nchw_convolution_names_the_quantizer_check_and_channels_last(linted: Callable[..., Any]) -> None:
     """The backend lowers conv2d; CortexMQuantizer's CortexMConv2DCheck refused this one's memory format."""
     finding = only(linted("make_conv_hardswish").findings, "QL002")
@@ -263,6 +278,7 @@ def test_causes_name_a_missing_pattern_and_merge_ops_with_one_cause() -> None:
     assert sdpa.why.startswith("part of F.scaled_dot_product_attention") and "unfused" in sdpa.remedy
 
 
+@pytest.mark.model("make_mask_input_attention")
 def test_a_broadcast_mask_input_names_the_add_check_and_the_expand(linted: Callable[..., Any]) -> None:
     """`scores / c + mask` with a [1, 1, 1, n] mask input: the add stays fp32 because
     CortexMAddMulCheck refuses the broadcast (measured: with `mask.expand(...)` the add is int8)."""

@@ -7,9 +7,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from conftest import TORCH_PROBE
 
 
+@pytest.mark.model("make_scale")
 def test_probe_detects_torch(pt2_dir: Callable[[str], Path]) -> None:
     """The probe can fail: a command that reads a program does import torch."""
     result = subprocess.run(

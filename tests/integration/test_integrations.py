@@ -95,6 +95,7 @@ def test_pre_commit_rejects_an_island_and_accepts_a_clean_artifact(  # type: ign
     assert repo("log", "--oneline").stdout.count("\n") == 2
 
 
+@pytest.mark.model("make_attention")
 def test_pre_commit_fix_hook_writes_the_pte(repo, pt2_dir: Callable[[str], Path]) -> None:  # type: ignore[no-untyped-def]
     repo.configure("qlint-fix")
     repo.install()
@@ -279,6 +280,7 @@ def run_step(step: dict, inputs: dict[str, str], workspace: Path, tmp: Path, pat
 
 
 @pytest.mark.parametrize(("fail_on", "expected"), [("error", 1), ("never", 0)])
+@pytest.mark.model("make_attention")
 def test_action_check_step(pt2_dir: Callable[[str], Path], tmp_path: Path, fail_on: str, expected: int) -> None:
     workspace = tmp_path / "workspace"
     (workspace / "models").mkdir(parents=True)

@@ -71,6 +71,7 @@ def test_eager_scales_with_no_mask_are_exact_identities(name: str, linted: Calla
                    if n.op == "call_function")
 
 
+@pytest.mark.model("make_bert")
 def test_bert_scale_carries_the_mask_built_in_the_graph(linted: Callable[..., Any]) -> None:
     """No attention_mask passed: BERT still adds (1 - ones) * finfo.min, built with aten.full."""
     [first, _] = scales(linted("make_bert").findings)
@@ -78,6 +79,7 @@ def test_bert_scale_carries_the_mask_built_in_the_graph(linted: Callable[..., An
     assert first.details["constants"][1]["value"] == 0.0 and first.details["identity"]
 
 
+@pytest.mark.model("make_distilbert")
 def test_distilbert_masked_fill_with_an_empty_mask_folds_away(linted: Callable[..., Any],
                                                               fixed: Callable[[str], Any]) -> None:
     [where] = [f for f in linted("make_distilbert").findings if "aten.where.self" in f.details.get("ops", [])]
@@ -102,6 +104,7 @@ def test_the_same_networks_exported_channels_last_are_all_int8(name: str, linted
     assert checked.findings == [] and checked.stats.coverage == 1.0 and checked.stats.fp32_islands == 0
 
 
+@pytest.mark.model("make_convnext")
 def test_convnext_stem_island_keeps_the_convolution_cause(linted: Callable[..., Any]) -> None:
     """The NCHW stem conv and the LayerNorm after it are one island: both causes are named."""
     [stem] = [f for f in linted("make_convnext").findings if "aten.convolution.default" in f.details.get("ops", [])]
@@ -110,6 +113,7 @@ def test_convnext_stem_island_keeps_the_convolution_cause(linted: Callable[..., 
            "pattern refused it" in stem.details["reason"]
 
 
+@pytest.mark.model("make_transformer_encoder")
 def test_transformer_encoder_sdpa_is_one_finding_per_layer_with_its_cause(linted: Callable[..., Any]) -> None:
     """nn.TransformerEncoder (one layer) attends with SDPA: no quantizer pattern covers it, and qlint says so."""
     sdpa = [f for f in linted("make_transformer_encoder").findings
@@ -120,6 +124,7 @@ def test_transformer_encoder_sdpa_is_one_finding_per_layer_with_its_cause(linted
     assert sdpa[0].location is None and sdpa[0].details["module"] == "layers.0.self_attn (MultiheadAttention)"
 
 
+@pytest.mark.model("make_resnet")
 def test_a_relu_fused_with_a_refused_convolution_shares_its_cause(linted: Callable[..., Any]) -> None:
     """No pattern starts with relu; conv2d -> relu is one, refused for its layout, and that is the cause."""
     [block] = [f for f in linted("make_resnet").findings if "aten.relu.default" in f.details.get("ops", [])][:1]
@@ -127,6 +132,7 @@ def test_a_relu_fused_with_a_refused_convolution_shares_its_cause(linted: Callab
                                               "conv2d pattern refused it (CortexMConv2DCheck)")
 
 
+@pytest.mark.model("make_mobilevit")
 def test_text_output_groups_a_network_of_nchw_convolutions_into_one_cause(linted: Callable[..., Any]) -> None:
     from qlint.report.formats import text
     from qlint.rules.records import Report
@@ -141,6 +147,7 @@ def test_text_output_groups_a_network_of_nchw_convolutions_into_one_cause(linted
     assert "conv2d output [...] is NCHW (dim order 0, 1, 2, 3)" in line
 
 
+@pytest.mark.model("make_whisper_encoder")
 def test_whisper_position_embedding_add_names_its_constant_and_the_broadcast_the_add_check_refused(linted: Callable[..., Any]) -> None:
     [add] = [f for f in linted("make_whisper_encoder").findings if f.details.get("ops") == ["aten.add.Tensor"]]
     assert add.details["reason"] == (
