@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from qlint.fix.apply import FixError, FixResult, VerificationError, verification_inputs
 from qlint.graph.readers import VERIFY_SEEDS
-from qlint.rules.records import Finding, RemedyReport
+from qlint.records.results import Finding, RemedyReport
 from qlint.settings.config import Config, RemedyName
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def lint(program: Any, config: Config | None = None, *, artifact: str = "<progra
     from qlint.fix.measure import measure
     from qlint.fix.over_budget import figure_findings
     from qlint.graph.readers import sample_inputs
-    from qlint.rules.records import Report
+    from qlint.records.results import Report
     from qlint.settings.options import RunOptions
 
     figures = measure(program, linted, artifact, config, verification_inputs(sample_inputs(program)), RunOptions())

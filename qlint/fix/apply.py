@@ -25,7 +25,7 @@ from qlint.graph.regions import Evaluations, moved_evaluations
 from qlint.graph.validity import find_invalid, float_reads, restorable
 from qlint.graph.view import GraphView, constant_inputs, input_node, output_dtype
 from qlint.io.reads import first_line
-from qlint.rules.records import (
+from qlint.records.results import (
     AppliedFold,
     ArtifactStats,
     Contributor,

@@ -26,7 +26,7 @@ from qlint.fix.apply import (
     fold_all,
     to_pte,
 )
-from qlint.rules.records import ArtifactStats, Figures, Finding
+from qlint.records.results import ArtifactStats, Figures, Finding
 from qlint.settings.config import Config
 from qlint.settings.options import RunOptions
 

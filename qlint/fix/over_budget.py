@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from qlint.rules.records import Contributor, Figures, Finding, Report
+from qlint.records.results import Contributor, Figures, Finding, Report
 from qlint.rules.table import Code
 from qlint.settings.budgets import Growth, Resolved, show
 from qlint.settings.config import Config

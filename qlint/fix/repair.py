@@ -18,8 +18,8 @@ from torch.fx import Node
 
 from qlint.graph.validity import FloatRead
 from qlint.graph.view import base_name, folded_qparams, op_name, torch_dtype
+from qlint.records.results import AppliedFold
 from qlint.rules.ops import SHAPE_OPS
-from qlint.rules.records import AppliedFold
 from qlint.rules.table import Code
 
 RESTORED = "quantize"  # AppliedFold.kind of a quantize put back

@@ -23,7 +23,7 @@ from torch.fx import Node
 
 from qlint.graph import conditions
 from qlint.graph.view import base_name, op_name, output_value
-from qlint.rules.records import shapes_elided
+from qlint.records.results import shapes_elided
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from torch.fx import Node
 
 from qlint.graph.islands import constant_fp32
 from qlint.graph.view import GraphView, Kind, base_name, numel, op_name, output_value
-from qlint.rules.records import ProfileRow
+from qlint.records.results import ProfileRow
 from qlint.settings.config import Config
 from qlint.settings.cycles import Core, CostTable, cost_table, default_fpu
 

@@ -18,8 +18,8 @@ import torch
 from torch.fx import GraphModule, Node
 
 from qlint.graph.view import op_name
-from qlint.rules.records import Contributor, LivePeak, Location, MemoryTimeline
-from qlint.rules.source import locate, module_name
+from qlint.records.results import Contributor, LivePeak, Location, MemoryTimeline
+from qlint.records.source import locate, module_name
 
 _ARENA = 1  # mem_id of the planned activation arena; 0 is reserved
 

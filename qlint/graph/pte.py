@@ -36,7 +36,7 @@ from typing import Any
 from qlint.graph import stack
 from qlint.io.limits import MAX_TENSOR_DIMS, Limits
 from qlint.io.reads import ReadError, first_line
-from qlint.rules.records import Contributor, Figures, PlanMemory, Report
+from qlint.records.results import Contributor, Figures, PlanMemory, Report
 from qlint.settings.config import Config
 
 # ExecuTorch's ScalarType codes (executorch/exir/scalar_type.py) that a quantized program holds.

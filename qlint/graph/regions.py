@@ -24,10 +24,10 @@ from qlint.graph.islands import Island, find_constant_subgraphs, find_islands, r
 from qlint.graph.validity import float_reads_of
 from qlint.graph.view import Constant, GraphView, Kind, base_name, op_name
 from qlint.io.limits import MAX_WALK_NODES
+from qlint.records.source import locate
 from qlint.rules.builders import factor
 from qlint.rules.ops import OFFSET_OPS, SCALE_OPS
 from qlint.rules.qparams import QParams
-from qlint.rules.source import locate
 from qlint.rules.steps import NotAStep, Operand, Step, scale_step
 from qlint.rules.table import Code
 from qlint.settings.config import Config, ConstantKind

@@ -37,11 +37,11 @@ from qlint.graph.regions import ISLAND_CODES, Analysis, Evaluations, Region, Sca
 from qlint.graph.validity import Invalid, find_invalid, restorable
 from qlint.graph.view import GraphView, base_name, is_float, numel, op_name
 from qlint.io.reads import first_line
+from qlint.records.results import ArtifactStats, Contributor, Finding, Location, shapes_elided
+from qlint.records.source import locate, module_path
 from qlint.rules import builders
 from qlint.rules.builders import Term
 from qlint.rules.catalog import enabled_rules
-from qlint.rules.records import ArtifactStats, Contributor, Finding, Location, shapes_elided
-from qlint.rules.source import locate, module_path
 from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config
 

@@ -13,9 +13,9 @@ stack.load()
 import torch  # noqa: E402
 from torch.fx import Node  # noqa: E402
 
+from qlint.records.results import ProgramIO, ProgramPort  # noqa: E402
 from qlint.remedies.remedy import Remedy  # noqa: E402
 from qlint.rules.qparams import QParams  # noqa: E402
-from qlint.rules.records import ProgramIO, ProgramPort  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
 

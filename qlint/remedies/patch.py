@@ -15,8 +15,8 @@ from pathlib import Path
 
 from qlint.io.limits import SOURCE_MAX_BYTES
 from qlint.io.reads import ReadError, read_input
+from qlint.records.results import RemedyReport, RemedyStatus
 from qlint.remedies.remedy import Remedy
-from qlint.rules.records import RemedyReport, RemedyStatus
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from qlint.rules.records import ProgramIO
-from qlint.rules.source import module_name
+from qlint.records.results import ProgramIO
+from qlint.records.source import module_name
 from qlint.settings.config import RemedyName
 
 

@@ -33,6 +33,14 @@ from qlint.graph.quantize import BuildError, export_float, quantize_graph, witho
 from qlint.graph.readers import seeded_batches
 from qlint.graph.view import op_name
 from qlint.io.reads import first_line
+from qlint.records.results import (
+    Measurement,
+    ProgramIO,
+    RemedyOutcome,
+    RemedyReport,
+    RemedyStatus,
+    SiteMeasurement,
+)
 from qlint.remedies.all_remedies import REMEDIES
 from qlint.remedies.int8_io import feed, read
 from qlint.remedies.remedy import (
@@ -43,14 +51,6 @@ from qlint.remedies.remedy import (
     apply_to_inputs,
     apply_to_program,
     apply_to_quantizer,
-)
-from qlint.rules.records import (
-    Measurement,
-    ProgramIO,
-    RemedyOutcome,
-    RemedyReport,
-    RemedyStatus,
-    SiteMeasurement,
 )
 from qlint.settings.config import Config, RemedyName
 

@@ -11,11 +11,7 @@ from tabulate import tabulate
 
 from qlint import __version__
 from qlint.io.reads import not_a_command, printable
-from qlint.report import OUTPUT_FORMATS
-from qlint.report.escape import github_value, markdown_code, markdown_fence, markdown_link, markdown_text
-from qlint.rules.builders import time_clause
-from qlint.rules.catalog import load_catalog
-from qlint.rules.records import (
+from qlint.records.results import (
     ArtifactStats,
     Finding,
     FixSummary,
@@ -28,6 +24,10 @@ from qlint.rules.records import (
     Severity,
     shapes_elided,
 )
+from qlint.report import OUTPUT_FORMATS
+from qlint.report.escape import github_value, markdown_code, markdown_fence, markdown_link, markdown_text
+from qlint.rules.builders import time_clause
+from qlint.rules.catalog import load_catalog
 from qlint.rules.table import Code
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

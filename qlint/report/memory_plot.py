@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qlint.rules.records import LivePeak, MemoryTimeline, Report
+from qlint.records.results import LivePeak, MemoryTimeline, Report
 
 SUFFIXES = (".svg", ".png")
 

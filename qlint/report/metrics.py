@@ -14,8 +14,8 @@ from typing import Any
 from qlint import __version__
 from qlint.io.limits import RECORD_MAX_BYTES
 from qlint.io.reads import ReadError, printable, read_json
+from qlint.records.results import Delta, Figures, Report
 from qlint.report.escape import markdown_code, markdown_text
-from qlint.rules.records import Delta, Figures, Report
 from qlint.settings.budgets import show
 from qlint.settings.sizes import MAX_AMOUNT
 

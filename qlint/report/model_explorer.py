@@ -22,8 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from qlint.records.results import Finding, Report
 from qlint.rules.catalog import load_catalog
-from qlint.rules.records import Finding, Report
 from qlint.rules.table import Code
 
 FP32_SUFFIX = ".fp32.json"

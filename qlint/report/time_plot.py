@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from qlint.records.results import ArtifactStats, Report
 from qlint.report.memory_plot import PlotError, plain
-from qlint.rules.records import ArtifactStats, Report
 
 INT8, FP32 = "#1b6ca8", "#d7263d"
 

@@ -37,8 +37,7 @@ from qlint import __version__
 from qlint.io.limits import CONFIG_MAX_BYTES, RECORD_MAX_BYTES
 from qlint.io.reads import ReadError, read_input
 from qlint.io.writes import write_atomic
-from qlint.rules.catalog import load_catalog
-from qlint.rules.records import (
+from qlint.records.results import (
     ArtifactStats,
     Contributor,
     Figures,
@@ -50,6 +49,7 @@ from qlint.rules.records import (
     Report,
     Severity,
 )
+from qlint.rules.catalog import load_catalog
 from qlint.rules.table import Code
 from qlint.settings.config import Config, Target
 from qlint.settings.options import RunOptions

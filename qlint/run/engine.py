@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from qlint.fix.over_budget import figure_findings
 from qlint.io.reads import CONFIGURED, ReadError, first_line, printable, shown_path
-from qlint.rules.records import InputError, Report
+from qlint.records.results import InputError, Report
 from qlint.run.cache import Cache
 from qlint.settings.config import Config, RemedyName, Target
 from qlint.settings.options import RunOptions

@@ -25,7 +25,7 @@ from typing import Any
 
 from qlint.io.limits import Limits
 from qlint.io.reads import first_line
-from qlint.rules.records import InputError, Report
+from qlint.records.results import InputError, Report
 
 _PRELOAD = ["qlint.run.preload"]
 _context: Any = None

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from qlint.io.limits import RECORD_MAX_BYTES, SOURCE_MAX_BYTES
 from qlint.io.reads import ReadError, printable, read_input, read_json
+from qlint.records.results import Finding, Location, Report
 from qlint.rules.catalog import enabled_rules
-from qlint.rules.records import Finding, Location, Report
 from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config
 

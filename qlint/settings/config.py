@@ -18,8 +18,8 @@ import yaml
 from qlint._compat import StrEnum
 from qlint.io.limits import CONFIG_MAX_BYTES, Limits
 from qlint.io.reads import ReadError, printable, read_input
+from qlint.records.results import Severity
 from qlint.rules.catalog import load_catalog
-from qlint.rules.records import Severity
 from qlint.rules.table import Code
 from qlint.settings.boards import Board
 from qlint.settings.budgets import (

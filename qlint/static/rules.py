@@ -22,13 +22,13 @@ from qlint.io.archive import parse_pt2
 from qlint.io.limits import MAX_EVALUATED_INTEGERS
 from qlint.io.reads import ReadError
 from qlint.io.wellformed import MODEL, QUANT_RANGES
+from qlint.records.results import ArtifactStats, Finding, Location, Report
+from qlint.records.source import locate
 from qlint.rules import builders
 from qlint.rules.builders import RUN_FULL, Term
 from qlint.rules.catalog import enabled_rules
 from qlint.rules.ops import OFFSET_OPS, SCALE_OPS
 from qlint.rules.qparams import QParams
-from qlint.rules.records import ArtifactStats, Finding, Location, Report
-from qlint.rules.source import locate
 from qlint.rules.steps import NotAStep, Operand, scale_step
 from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config

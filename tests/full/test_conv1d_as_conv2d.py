@@ -10,10 +10,10 @@ from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
 from qlint.graph.lint import lint_program
 from qlint.graph.quantize import export_float, quantize, quantize_graph
 from qlint.graph.view import op_name
+from qlint.records.results import RemedyStatus
 from qlint.remedies.conv1d_as_conv2d import Conv1dAsConv2d, conv1d_as_conv2d
 from qlint.remedies.remedy import Build
 from qlint.remedies.search import remediate
-from qlint.rules.records import RemedyStatus
 from qlint.settings.config import Config, RemedyName
 
 

@@ -8,10 +8,10 @@ import torch
 
 from qlint.graph.lint import lint_program
 from qlint.graph.quantize import export_float, quantize
+from qlint.records.results import RemedyStatus
 from qlint.remedies.expand_broadcasts import ExpandBroadcasts, broadcast_nodes, expand_broadcasts
 from qlint.remedies.remedy import Build
 from qlint.remedies.search import remediate
-from qlint.rules.records import RemedyStatus
 from qlint.settings.config import Config, RemedyName
 
 

@@ -156,9 +156,9 @@ def sam_fixed(sam_pt2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
 
 
 def test_sam_memory_plot_draws_the_reported_plan(sam_fixed: tuple[dict[str, Any], Path]) -> None:
+    from qlint.records.results import FixSummary, LivePeak, MemoryTimeline, Report
     from qlint.report.formats import fix_lines
     from qlint.report.memory_plot import figure
-    from qlint.rules.records import FixSummary, LivePeak, MemoryTimeline, Report
 
     data, pte = sam_fixed
     [summary] = data["fixes"]

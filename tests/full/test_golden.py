@@ -65,8 +65,8 @@ def test_model_findings_are_unchanged(name: str, linted: Callable[..., Any]) -> 
     """SAM and every zoo model in text, JSON and SARIF, byte for byte: the findings of real
     architectures (causes, source lines, constants, qparams) change only on purpose. Rendered from
     the session's linted programs, so no model is lowered again for this."""
+    from qlint.records.results import Report
     from qlint.report.formats import as_json, sarif, text
-    from qlint.rules.records import Report
 
     checked = linted(name)
     report = Report(findings=checked.findings, stats=[checked.stats])

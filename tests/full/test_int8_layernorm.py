@@ -155,9 +155,9 @@ def test_a_written_norm_whose_statistic_is_read_elsewhere_is_left() -> None:
 def test_int8_layernorm_takes_a_written_rms_norm_block_to_int8() -> None:
     """The issue's block: with expand-broadcasts alone the statistic (pow, mean, add, rsqrt) stays fp32;
     with the written RMSNorm rebuilt it is int8 kernels, within the SQNR guard."""
+    from qlint.records.results import RemedyStatus
     from qlint.remedies.remedy import Build
     from qlint.remedies.search import remediate
-    from qlint.rules.records import RemedyStatus
     from qlint.settings.config import Config, RemedyName
 
     model = Block(LlamaRMSNorm(16)).eval()

@@ -54,8 +54,8 @@ def test_github_annotations(attention: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_github_escapes_newlines_and_property_separators() -> None:
+    from qlint.records.results import Finding, Location, Report
     from qlint.report.formats import github
-    from qlint.rules.records import Finding, Location, Report
 
     finding = Finding("QL003", "error", "failed: a\nb, 100%", "dir,x/m:1.pt2", location=Location("a,b.py", 3))
     line = github(Report(findings=[finding]))
@@ -95,8 +95,8 @@ def test_statistics(attention: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 def test_text_gathers_islands_of_one_cause_and_json_keeps_each() -> None:
     """50 NCHW convolutions read as one root cause with a count; JSON and SARIF keep one per op."""
+    from qlint.records.results import Finding, Location, Report, Severity
     from qlint.report.formats import as_json, text
-    from qlint.rules.records import Finding, Location, Report, Severity
 
     cause = "aten.convolution.default: CortexMQuantizer's conv2d pattern refused it (CortexMConv2DCheck)"
     findings = [

@@ -19,8 +19,8 @@ def test_pte_memory_plan_is_read_and_drawn(attention_plan: tuple[Path, Any], tmp
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """The live bytes read from the .pte's instructions and allocations agree with the peak of the
     plan ExecuTorch made (its tensor specs' lifetimes), and the figure draws the reported series."""
+    from qlint.records.results import LivePeak, MemoryTimeline, PlanMemory, Report
     from qlint.report.memory_plot import figure
-    from qlint.rules.records import LivePeak, MemoryTimeline, PlanMemory, Report
 
     pte, planned = attention_plan
     plot = tmp_path / "memory.png"

@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from conftest import run_cli
 
+from qlint.records.results import RemedyStatus
 from qlint.remedies.remedy import Build
 from qlint.remedies.search import Remediated, remediate, sqnr_db
 from qlint.remedies.unfused_attention import unfuse_attention
 from qlint.report.formats import remedy_lines
-from qlint.rules.records import RemedyStatus
 from qlint.settings.config import Config, RemedyName
 
 
@@ -416,8 +416,8 @@ PLAIN_RETURN = CONV_TARGET.replace("return model.eval(), example, calibration", 
 def test_channels_last_is_written_as_a_diff_that_applies_and_moves_the_factorys_results(tmp_path: Path) -> None:
     import subprocess
 
+    from qlint.records.results import Measurement, RemedyOutcome, RemedyReport
     from qlint.remedies.patch import remedy_patch
-    from qlint.rules.records import Measurement, RemedyOutcome, RemedyReport
 
     factory = tmp_path / "convs.py"
     factory.write_text(PLAIN_RETURN)
@@ -456,8 +456,8 @@ def test_only_plain_returns_of_the_factory_are_mechanical() -> None:
 
 def test_an_int8_port_is_one_flat_json_object() -> None:
     """The int8-io remedy's ports hold the one qparams record; JSON keeps them flat, as it always did."""
+    from qlint.records.results import Measurement, ProgramIO, ProgramPort, RemedyOutcome, RemedyReport
     from qlint.rules.qparams import QParams
-    from qlint.rules.records import Measurement, ProgramIO, ProgramPort, RemedyOutcome, RemedyReport
 
     io = ProgramIO((ProgramPort("x", 0, QParams(0.05, -3, -128, 127, "int8")),), ())
     measured = Measurement(coverage=1.0, fp32_ops=0, fp32_elements=0, arena_bytes=64, live_peak_bytes=64, table_folds=0,

@@ -134,8 +134,8 @@ def test_a_relu_fused_with_a_refused_convolution_shares_its_cause(linted: Callab
 
 @pytest.mark.model("make_mobilevit")
 def test_text_output_groups_a_network_of_nchw_convolutions_into_one_cause(linted: Callable[..., Any]) -> None:
+    from qlint.records.results import Report
     from qlint.report.formats import text
-    from qlint.rules.records import Report
 
     checked = linted("make_mobilevit")
     out = text(Report(findings=checked.findings, stats=[checked.stats]))

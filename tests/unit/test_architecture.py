@@ -12,7 +12,7 @@ PACKAGE = ROOT / "qlint"
 
 # Bottom to top: a subpackage may import itself and what is listed before it. `_compat` and the
 # package root are below everything; `api` and `__main__` are above everything.
-LAYERS = ("io", "rules", "settings", "static", "graph", "fix", "remedies", "report", "run", "cli")
+LAYERS = ("io", "rules", "records", "settings", "static", "graph", "fix", "remedies", "report", "run", "cli")
 BOTTOM = {"qlint", "qlint._compat"}
 TOP = {"qlint.api", "qlint.__main__"}
 # Where `import torch` (executorch, torchao) may stand at module level. Everything else imports the

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from qlint.fix.over_budget import over_budget
+from qlint.records.results import Contributor, Figures, Location, Report
 from qlint.report.metrics import MetricsError, delta_markdown, deltas, metrics_json, read_metrics
-from qlint.rules.records import Contributor, Figures, Location, Report
 from qlint.settings.boards import builtin_boards
 from qlint.settings.config import ConfigError, load_config
 from qlint.settings.sizes import parse_clock, parse_duration_ms, parse_size, show_size

@@ -74,7 +74,7 @@ def test_architecture_names_every_module_and_layer() -> None:
     for path in package.rglob("*.py"):
         if path.name != "__init__.py" and path.name != "__main__.py" and path.name != "_compat.py":
             assert re.search(rf"[`/]{re.escape(path.name)}`", page), path.relative_to(ROOT)
-    for layer in ("io", "rules", "settings", "static", "graph", "fix", "remedies", "report", "run", "cli"):
+    for layer in ("io", "rules", "records", "settings", "static", "graph", "fix", "remedies", "report", "run", "cli"):
         assert f"`qlint/{layer}/`" in page, layer
 
 

@@ -10,7 +10,7 @@ import pytest
 from qlint.io.archive import read_zip, validate_program_json, write_zip
 from qlint.io.limits import Limits
 from qlint.io.reads import ReadError, printable
-from qlint.rules.source import _is_framework, user_frame
+from qlint.records.source import _is_framework, user_frame
 from qlint.run.engine import plan_work
 from qlint.settings.config import Config, Target
 

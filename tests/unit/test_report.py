@@ -10,8 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from qlint.rules.records import Report
-
+from qlint.records.results import Report
 
 # -- names from inputs, in every output ----------------------------------------------------
 
@@ -24,8 +23,8 @@ HOSTILE = [
 
 def hostile_report() -> Report:
     """Every section of a report, each naming the hostile artifacts (and a message that names one)."""
+    from qlint.records.results import ArtifactStats, Figures, Finding, InputError, Location, Severity
     from qlint.report.metrics import deltas
-    from qlint.rules.records import ArtifactStats, Figures, Finding, InputError, Location, Severity
 
     base = {name: Figures(name, "the .pte as shipped", fp32_islands=0).to_dict() for name in HOSTILE}
     report = Report(
@@ -100,9 +99,9 @@ def test_sarif_of_hostile_names_is_valid_sarif() -> None:
 def test_the_time_plot_draws_names_from_the_artifact_literally(tmp_path: Path) -> None:
     """A `$` in a file name or a source path would start matplotlib's math mode (an unbalanced one
     raises while drawing): every name is drawn as the text it is."""
+    from qlint.records.results import ArtifactStats, Contributor, Location, Report
     from qlint.report.memory_plot import write_plot
     from qlint.report.time_plot import figure
-    from qlint.rules.records import ArtifactStats, Contributor, Location, Report
 
     where = Location("models/$x^{$.py", 3, "y = x / 3")
     stats = ArtifactStats("a$b.pt2", cycles=1_000, fp32_cycles=400, latency_ms=0.01, core="cortex-m4",

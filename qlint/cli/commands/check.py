@@ -25,7 +25,7 @@ from qlint.report import OUTPUT_FORMATS
 from qlint.settings.options import FixOptions, LoweringOrder, RunOptions
 
 if TYPE_CHECKING:
-    from qlint.rules.records import Report
+    from qlint.records.results import Report
     from qlint.settings.config import Config, Target
 
 # The severities that make the exit code 1, for each `--fail-on`.

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from qlint.io.reads import printable, shown_path
-from qlint.rules.records import Location
+from qlint.records.results import Location
 
 # A stack trace comes from the artifact: a line number is at most 9 digits, a path at most 4096 characters.
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]{1,4096})", line (?P<line>\d{1,9}), in (?P<func>.*)$')
