@@ -1,14 +1,14 @@
 """Crafted `.pte` programs far larger than their files: answered, or refused with one line.
 
-Each program is built here, at test time, as an `executorch.exir.schema.Program` written by
-ExecuTorch's own serializer (tables shared many times over are packed with the flatbuffer
-object API): tens of thousands of instructions over thousands of planned tensors whose
-lifetimes all overlap, one list read by every instruction, a constant reduced over and over,
-sizes near int64's range, and instructions or values declared a million times. qlint checks
-them all in one run, in a fresh interpreter whose processes may each use 30 s of CPU
-(RLIMIT_CPU); its `.pte` child reports the memory it added (VmHWM, read in that child). The
-assertions are outcomes: the report, or one `qlint: error:` line naming the limit; never a
-traceback, a CPU kill or a memory budget error.
+Each program is built here as an `executorch.exir.schema.Program` written by ExecuTorch's own
+serializer (tables shared many times over are packed with the flatbuffer object API; the bytes
+are kept for the next run under a key of this file and ExecuTorch's version): tens of thousands
+of instructions over thousands of planned tensors whose lifetimes all overlap, one list read by
+every instruction, a constant reduced over and over, sizes near int64's range, and instructions
+or values declared a million times. qlint checks them all in one run, in a fresh interpreter
+whose processes may each use 30 s of CPU (RLIMIT_CPU); its `.pte` child reports the memory it
+added (VmHWM, read in that child). The assertions are outcomes: the report, or one
+`qlint: error:` line naming the limit; never a traceback, a CPU kill or a memory budget error.
 """
 
 from __future__ import annotations
@@ -168,6 +168,26 @@ CRAFTED = {
 }
 
 
+def crafted(name: str) -> bytes:
+    """The bytes of `CRAFTED[name]`, built once and kept under a folder keyed by this file's source and
+    ExecuTorch's version (building them through the serializer takes ~20 s; they never change
+    otherwise). Written whole, then renamed, so a killed run leaves no half program behind."""
+    import hashlib
+    from importlib import metadata
+
+    key = hashlib.sha256(Path(__file__).read_bytes() + metadata.version("executorch").encode()).hexdigest()[:16]
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qlint-test-crafted-pte" / key
+    target = folder / name
+    if target.exists():
+        return target.read_bytes()
+    data = CRAFTED[name]()
+    folder.mkdir(parents=True, exist_ok=True)
+    temp = folder / f".{name}.{os.getpid()}.tmp"
+    temp.write_bytes(data)
+    temp.replace(target)
+    return data
+
+
 def _limit_cpu() -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS + 10))
 
@@ -177,8 +197,8 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Every crafted program checked in one qlint run: its JSON report, stderr lines, exit code,
     and the memory each `.pte` child added, by artifact."""
     folder = tmp_path_factory.mktemp("hostile-pte")
-    for name, build in CRAFTED.items():
-        (folder / name).write_bytes(build())
+    for name in CRAFTED:
+        (folder / name).write_bytes(crafted(name))
     (folder / "measured.py").write_text(MEASURED)
     memory = folder / "memory.jsonl"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)]), "QLINT_TEST_MEMORY": str(memory)}
