@@ -98,7 +98,7 @@ def call_factory(target: Target, base: Path, root: Path) -> tuple[Any, tuple[Any
         origin = module_file(module_name)
         if origin is None or not _inside(origin, root):
             raise BuildError(f"{module_name} is not a module file of this repository ({origin or 'built in'}); "
-                            "factories are imported from the repository only")
+                             "factories are imported from the repository only")
         module = importlib.import_module(module_name)
     except BuildError:
         raise
