@@ -388,7 +388,7 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
             example, calibration = built.example, list(built.calibration) or None
         else:
             program = quantize(model, example, calibration)
-    except (BuildError, ReadError) as exc:  # ReadError: a factory source the remedies patch is past its bound
+    except BuildError as exc:
         report.errors.append(InputError(artifact, str(exc)))
         return report
     except Exception as exc:  # the factory's model made export or quantization raise
