@@ -168,6 +168,11 @@ def code_of(source: Path) -> bytes:
     return ast.dump(tree, include_attributes=source.parent.name == "examples").encode()
 
 
+def cache_home() -> Path:
+    """Where the suite keeps what it builds for the next run (programs, the corpus, crafted files)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
 @pytest.fixture(scope="session")
 def program_store() -> Path:
     """Quantized programs of earlier runs, under a folder keyed by the stack's versions and every
@@ -184,8 +189,7 @@ def program_store() -> Path:
     for source in sources:
         digest.update(source.relative_to(ROOT).as_posix().encode() + b"\0" + code_of(source))
     versions = "-".join(f"{name}{metadata.version(name)}" for name in STORE_VERSIONED)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    folder = base / "qlint-test-programs" / f"{versions}-{digest.hexdigest()[:16]}"
+    folder = cache_home() / "qlint-test-programs" / f"{versions}-{digest.hexdigest()[:16]}"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

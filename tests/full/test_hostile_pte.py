@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, cache_home, run_cli
 from test_hostile_inputs import Shared
 
 CPU_SECONDS = 30
@@ -171,20 +171,19 @@ CRAFTED = {
 def crafted(name: str) -> bytes:
     """The bytes of `CRAFTED[name]`, built once and kept under a folder keyed by this file's source and
     ExecuTorch's version (building them through the serializer takes ~20 s; they never change
-    otherwise). Written whole, then renamed, so a killed run leaves no half program behind."""
+    otherwise), written atomically so a killed run leaves no half program behind."""
     import hashlib
     from importlib import metadata
 
+    from qlint.io.writes import write_atomic
+
     key = hashlib.sha256(Path(__file__).read_bytes() + metadata.version("executorch").encode()).hexdigest()[:16]
-    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qlint-test-crafted-pte" / key
-    target = folder / name
+    target = cache_home() / "qlint-test-crafted-pte" / key / name
     if target.exists():
         return target.read_bytes()
     data = CRAFTED[name]()
-    folder.mkdir(parents=True, exist_ok=True)
-    temp = folder / f".{name}.{os.getpid()}.tmp"
-    temp.write_bytes(data)
-    temp.replace(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, data)
     return data
 
 

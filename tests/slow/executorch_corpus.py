@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -32,6 +33,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from conftest import cache_home
 
 SUBFOLDERS = ("ops", "models")
 PACKAGE = "executorch.backends.cortex_m.test"
@@ -280,8 +283,7 @@ def cache_key() -> str:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "qlint-test-corpus"
+    return cache_home() / "qlint-test-corpus"
 
 
 def corpus(root: Path | None = None) -> Corpus:
@@ -465,13 +467,20 @@ def references(built: Corpus, progress: Callable[[str], None] | None = None) -> 
     return result
 
 
+@functools.cache
+def float_folder(root: Path | None = None) -> Path:
+    """Where `float_export` keeps its exports: beside the corpus's keyed folder, under a hash of the
+    function (the key reads every test source: computed once a process, not once a case)."""
+    return (root or cache_root()) / f"{cache_key()}-float-{_source_hash([float_export, seed])}"
+
+
 def float_export(case: Case) -> Any:
     """`case`'s float model exported the tester's way (strict, seeded), or None if it does not export;
     kept beside the corpus under a hash of this function (a `.failed` marker for one that does not),
     since the 282 strict exports are most of what comparing conditions with ExecuTorch's checks costs."""
     import torch
 
-    folder = cache_root() / f"{cache_key()}-float-{_source_hash([float_export, seed])}"
+    folder = float_folder()
     target, failed = folder / f"{case.stem}.pt2", folder / f"{case.stem}.failed"
     if target.exists():
         return torch.export.load(str(target))
@@ -497,3 +506,4 @@ def clear(root: Path | None = None) -> None:
     folder = (root or cache_root()) / cache_key()
     shutil.rmtree(folder, ignore_errors=True)
     shutil.rmtree(pte_folder(folder), ignore_errors=True)
+    shutil.rmtree(float_folder(root), ignore_errors=True)
