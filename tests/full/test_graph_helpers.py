@@ -147,10 +147,13 @@ def test_kernels_registered_directly_are_the_kernels_torch_registers(
         assert "py_impl" in vars(OpOverload)
         direct_tables = tables()
         assert torch._C.DispatchKey.Autograd not in torch.ops.aten.add.Tensor.py_kernels
-        with pytest.raises(RuntimeError, match="Trying to override a python impl"):
-            torch.ops.aten.add.Tensor.py_impl(torch._C.DispatchKey.Autograd)(lambda *a: None)
-            torch.ops.aten.add.Tensor.py_impl(torch._C.DispatchKey.Autograd)(lambda *a: None)
-    torch.ops.aten.add.Tensor.py_kernels.pop(torch._C.DispatchKey.Autograd)
+        try:
+            with pytest.raises(RuntimeError, match="Trying to override a python impl"):
+                torch.ops.aten.add.Tensor.py_impl(torch._C.DispatchKey.Autograd)(lambda *a: None)
+                torch.ops.aten.add.Tensor.py_impl(torch._C.DispatchKey.Autograd)(lambda *a: None)
+        finally:  # the session's other tests must not see the kernel registered here
+            torch.ops.aten.add.Tensor.py_kernels.pop(torch._C.DispatchKey.Autograd, None)
+            torch.ops.aten.add.Tensor._dispatch_cache.clear()
     assert "py_impl" not in vars(OpOverload)
     assert direct_tables == torch_tables and len(cia) > 500
     assert sum(len(kernels) for kernels in direct_tables.values()) > 5000
