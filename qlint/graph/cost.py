@@ -99,16 +99,18 @@ class ProgramCost:
 def core_of(config: Config) -> Core:
     """The core a run estimates for: the config's CPU, with the selected board's FPU and clock."""
     board = config.selected_board()
-    return core_for(config.target_cpu, board.fpu if board else None, board.clock_hz if board else None)
+    if board is None:
+        return core_for(config.target_cpu)
+    return core_for(config.target_cpu, board.fpu, board.clock_hz, board.flash_read or 0.0)
 
 
-def core_for(cpu: str, fpu: bool | None = None, clock_hz: int | None = None) -> Core:
+def core_for(cpu: str, fpu: bool | None = None, clock_hz: int | None = None, flash_read: float = 0.0) -> Core:
     """The core of `cpu`: the CMSIS-NN backend the pinned ExecuTorch builds for it, its FPU (the
-    architecture's default unless a board says), its clock when a board gives one."""
+    architecture's default unless a board says), its clock and flash read cost when a board gives them."""
     from qlint.graph.lowering import target_config
 
     backend = target_config(cpu).backend.name.lower()
-    return Core(cpu, backend, default_fpu(cpu) if fpu is None else fpu, clock_hz)
+    return Core(cpu, backend, default_fpu(cpu) if fpu is None else fpu, clock_hz, flash_read)
 
 
 def _tensor(value: object) -> torch.Tensor | None:
@@ -140,21 +142,71 @@ def _macs(node: Node, name: str) -> int:
     return out * int(first.shape[-1]) if first is not None and first.dim() else 0
 
 
-def _is_pointwise(node: Node) -> bool:
-    """A 1x1 convolution: one weight an input and output channel pair."""
-    weight, source, result = _arg(node, 1), _arg(node, 0), _tensor(output_value(node))
-    if weight is None or source is None or result is None or source.dim() != 4 or result.dim() < 2:
-        return False
-    return int(weight.numel()) == int(source.shape[1]) * int(result.shape[1])
+def _ints(node: Node, index: int) -> tuple[int, ...]:
+    value = node.args[index] if len(node.args) > index else ()
+    return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else ()
+
+
+def _conv_route(node: Node) -> str:
+    """The kernel `arm_convolve_wrapper_s8` (CMSIS-NN v7.0.0 on) runs a regular convolution with:
+    a 1x1 kernel without padding multiplies the input as it lies ("pointwise"); so does a 1xN
+    kernel over a one-row input whose stride times channels is a multiple of 4
+    (`arm_convolve_1_x_n_s8`); any other copies each window into im2col first ("conv")."""
+    weight, source = _arg(node, 1), _arg(node, 0)
+    if weight is None or source is None or weight.dim() != 4 or source.dim() != 4:
+        return "conv"
+    kernel_h, kernel_w = int(weight.shape[1]), int(weight.shape[2])
+    channels, height = int(source.shape[1]), int(source.shape[2])
+    stride, padding, dilation = _ints(node, 3), _ints(node, 4), _ints(node, 5)
+    stride_w, dilation_w = (stride or (1,))[-1], (dilation or (1,))[-1]
+    if (kernel_h, kernel_w) == (1, 1) and not any(padding) and set(dilation) <= {1}:
+        return "pointwise"
+    if height == 1 and kernel_h == 1 and dilation_w == 1 and stride_w * channels % 4 == 0:
+        return "pointwise"
+    return "conv"
+
+
+def _kernel_class(node: Node, name: str, core: Core) -> str:
+    """The CMSIS-NN kernel a matrix op runs. On MVE, `arm_depthwise_conv_wrapper_s8` runs a
+    depthwise convolution of one input channel into several as a regular convolution (CMSIS-NN
+    v7.0.0 on: `CONVERT_DW_CONV_WITH_ONE_INPUT_CH_AND_OUTPUT_CH_ABOVE_THRESHOLD`, 1 with GCC)."""
+    if name in MATMULS:
+        return "linear"
+    if name == "quantized_depthwise_conv2d":
+        source, result = _arg(node, 0), _tensor(output_value(node))
+        one_into_many = (source is not None and result is not None and source.dim() == 4
+                         and int(source.shape[1]) == 1 and int(result.shape[1]) > 1)
+        return _conv_route(node) if one_into_many and core.backend == "mve" else "depthwise"
+    return _conv_route(node)
+
+
+def _windows(node: Node) -> int:
+    """Output pixels times kernel positions: the im2col copies of a regular convolution (one a
+    kernel position for each output pixel in `arm_convolve_s8`)."""
+    weight, result = _arg(node, 1), _tensor(output_value(node))
+    if weight is None or result is None or weight.dim() != 4 or result.dim() != 4:
+        return 0
+    return int(result.shape[0] * result.shape[2] * result.shape[3]) * int(weight.shape[1] * weight.shape[2])
+
+
+def _weights_streamed(node: Node, name: str) -> int:
+    """Bytes of weights a call reads once from flash: a linear layer's (each weight one MAC an
+    inference). A convolution reuses its weights for every output pixel (the data cache holds
+    them) and a batch matmul multiplies activations."""
+    weight = _arg(node, 1) if name == "quantized_linear" else None
+    return int(weight.numel()) * weight.element_size() if weight is not None else 0
 
 
 def _int8_cost(table: CostTable, core: Core, node: Node, name: str) -> tuple[int, str, float]:
     elements = numel(node)
     if name in ("quantized_conv2d", "quantized_depthwise_conv2d") or name in MATMULS:
-        kind = ("depthwise" if name == "quantized_depthwise_conv2d" else "linear" if name in MATMULS
-                else "pointwise" if _is_pointwise(node) else "conv")
+        kind = _kernel_class(node, name, core)
         macs = _macs(node, name)
-        return macs, "MAC", table.kernel(core, kind).cycles(macs, elements)
+        windows = _windows(node) if kind == "conv" else 0
+        kernel = table.kernel(core, kind)
+        # weights read once from flash stream while the MACs run: the slower of the two counts
+        streamed = _weights_streamed(node, name) * core.flash_read
+        return macs, "MAC", kernel.cycles(macs, elements, windows) + max(0.0, streamed - kernel.per_mac * macs)
     if name in CONVERSIONS and not core.fpu:  # the kernel scales in float: soft float without an FPU
         return elements, "element", elements * table.fp32_element(core, CONVERSION_ARITHMETIC)
     if "pool" in name:  # a pool reads every element of its window

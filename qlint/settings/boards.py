@@ -31,6 +31,8 @@ class Board:
     clock_hz: int | None = None   # the CPU clock a latency is estimated at
     fpu: bool | None = None       # None: the CPU's architecture decides (`qlint.settings.cycles.default_fpu`)
     clock_source: str = ""        # where the clock and FPU come from, when another page than `source`
+    flash_read: float | None = None   # CPU cycles a byte of weights read once from flash (None: not priced)
+    flash_read_source: str = ""   # how that figure is derived
 
 
 @functools.cache
@@ -40,7 +42,8 @@ def builtin_boards() -> dict[str, Board]:
     text = resources.files("qlint.settings").joinpath("boards.yaml").read_text(encoding="utf-8")
     return {name: Board(name, row["cpu"], parse_size(row["sram"]), parse_size(row["flash"]), row["source"],
                         row.get("note", ""), parse_clock(row["clock"]) if "clock" in row else None,
-                        row.get("fpu"), row.get("clock_source", ""))
+                        row.get("fpu"), row.get("clock_source", ""),
+                        float(row["flash_read"]) if "flash_read" in row else None, row.get("flash_read_source", ""))
             for name, row in yaml.safe_load(text).items()}
 
 
@@ -49,7 +52,8 @@ def board_rows(boards: Iterable[Board]) -> list[tuple[str, str, str, str, str, s
     prints and docs/budgets.md shows."""
     rows = []
     for b in boards:
-        source = "; ".join(part for part in (b.source, b.clock_source, b.note) if part)
+        flash_read = f"flash reads {b.flash_read:g} cycles/byte, {b.flash_read_source}" if b.flash_read else ""
+        source = "; ".join(part for part in (b.source, b.clock_source, flash_read, b.note) if part)
         fpu = "" if b.fpu is None else "yes" if b.fpu else "no"
         rows.append((b.name, b.cpu, show_size(b.sram), show_size(b.flash),
                      show_clock(b.clock_hz) if b.clock_hz else "", fpu, source))

@@ -386,6 +386,12 @@ class _Parser:
             raise self.error(node, key, f"must be a number of dB from 0, got {value}")
         return value
 
+    def cycles_a_byte(self, node: yaml.Node, key: str) -> float:
+        value = self.scalar(node, key, float)
+        if not 0.0 <= value < 1000.0:  # nan fails both
+            raise self.error(node, key, f"must be CPU cycles a byte from 0, got {value}")
+        return value
+
     def origin(self, node: yaml.Node, key: str) -> str:
         return f"{key} in {self.path.name}:{node.start_mark.line + 1}"
 
@@ -453,15 +459,15 @@ class _Parser:
 
     def key_boards(self, node: yaml.Node, key: str) -> dict[str, Board]:
         """The user's own boards: `{my-board: {cpu: cortex-m33, clock: 128MHz, fpu: true, sram: 512KiB,
-        flash: 1MiB}}` (sram and flash required); one that redefines a board of the table says so
-        (`override: true`), so a typo cannot shadow the table's figures."""
+        flash: 1MiB, flash_read: 0.5}}` (sram and flash required); one that redefines a board of the
+        table says so (`override: true`), so a typo cannot shadow the table's figures."""
         from qlint.settings.boards import builtin_boards
 
         boards = {}
         for name, knode, value in self.mapping(node, key):
             where = f"{key}.{printable(name)}"
             sizes: dict[str, int] = {}
-            override, cpu, clock, fpu = False, "", None, None
+            override, cpu, clock, fpu, flash_read = False, "", None, None, None
             for field_, fnode, size in self.mapping(value, where):
                 if field_ == "override":
                     override = self.scalar(size, f"{where}.override", bool)
@@ -476,8 +482,10 @@ class _Parser:
                         raise self.error(size, f"{where}.clock", printable(str(exc))) from None
                 elif field_ == "fpu":
                     fpu = self.scalar(size, f"{where}.fpu", bool)
+                elif field_ == "flash_read":
+                    flash_read = self.cycles_a_byte(size, f"{where}.flash_read")
                 else:
-                    known = "unknown key (known: cpu, clock, fpu, sram, flash, override)"
+                    known = "unknown key (known: cpu, clock, fpu, sram, flash, flash_read, override)"
                     raise self.error(fnode, f"{where}.{printable(field_)}", known)
             missing = [k for k in SIZE_KEYS if k not in sizes]
             if missing:
@@ -486,7 +494,7 @@ class _Parser:
                 raise self.error(knode, where, "redefines the built-in board of that name: add `override: true`"
                                  if not override else "`override: true`, but no built-in board has that name")
             boards[name] = Board(name, cpu, sizes["sram"], sizes["flash"], self.origin(value, where),
-                                 clock_hz=clock, fpu=fpu)
+                                 clock_hz=clock, fpu=fpu, flash_read=flash_read)
         return boards
 
     def key_targets(self, node: yaml.Node, key: str) -> tuple[Target, ...]:

@@ -26,15 +26,17 @@ FP32_ARITHMETIC = ("add", "mul", "div", "sqrt", "exp")
 
 @dataclass(frozen=True)
 class Coefficient:
-    """Cycles of one int8 kernel class: per MAC, per output element, per element (of its output)."""
+    """Cycles of one int8 kernel class: per MAC, per output element, per element (of its output),
+    per window (an output pixel's kernel position, which a convolution's im2col copies)."""
 
     per_mac: float = 0.0
     per_output: float = 0.0
     per_element: float = 0.0
+    per_window: float = 0.0
     source: str = ""
 
-    def cycles(self, macs: int, outputs: int) -> float:
-        return self.per_mac * macs + (self.per_output + self.per_element) * outputs
+    def cycles(self, macs: int, outputs: int, windows: int = 0) -> float:
+        return self.per_mac * macs + (self.per_output + self.per_element) * outputs + self.per_window * windows
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,12 @@ class Core:
     backend: str        # "mve", "dsp" or "scalar"
     fpu: bool
     clock_hz: int | None = None
+    flash_read: float = 0.0   # cycles a byte of weights read once an inference from the board's flash
 
     def describe(self) -> str:
         clock = f" at {self.clock_hz / 1e6:g} MHz" if self.clock_hz else ""
-        return f"{self.cpu} ({self.backend.upper()} kernels, {'FPU' if self.fpu else 'soft float'}){clock}"
+        flash = f", flash reads {self.flash_read:g} cycles/byte" if self.flash_read else ""
+        return f"{self.cpu} ({self.backend.upper()} kernels, {'FPU' if self.fpu else 'soft float'}{flash}){clock}"
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,8 @@ class CostTable:
 
 def _coefficient(row: Mapping[str, Any]) -> Coefficient:
     return Coefficient(float(row.get("per_mac", 0.0)), float(row.get("per_output", 0.0)),
-                       float(row.get("per_element", 0.0)), str(row.get("fit") or row.get("assumed") or ""))
+                       float(row.get("per_element", 0.0)), float(row.get("per_window", 0.0)),
+                       str(row.get("fit") or row.get("assumed") or ""))
 
 
 @functools.cache

@@ -97,6 +97,18 @@ def test_the_front_end_becomes_int8_convolutions_and_the_cause_names_the_remedy(
                if n.op == "call_function" and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].dim() > 1}
     moved = {(shape, order) for shape, order in layouts if order != tuple(range(len(shape)))}
     assert moved == {((1, 8, 1, 32), (0, 2, 3, 1)), ((1, 16, 1, 32), (0, 2, 3, 1)), ((1, 16, 1, 16), (0, 2, 3, 1))}
+    # CMSIS-NN runs a 1xN convolution over one row as a matrix product, without im2col
+    # (arm_convolve_1_x_n_s8: stride times channels, 8 and 32, multiples of 4): no window is priced
+    from qlint.graph.cost import core_for, estimate
+    from qlint.graph.view import GraphView
+    from qlint.settings.cycles import cost_table
+
+    core = core_for("cortex-m55")
+    convs = [o for o in estimate(GraphView(done.fixed.program), core).ops if o.op == "cortex_m.quantized_conv2d.default"]
+    product = cost_table().kernel(core, "pointwise")
+    assert [o.work for o in convs] == [512 * 8 * 3, 256 * 16 * 3]  # output elements x (channels x 3 taps)
+    assert [o.cycles for o in convs] == pytest.approx([product.cycles(512 * 24, 512) + 200,
+                                                       product.cycles(256 * 48, 256) + 200])
 
 
 def test_executorchs_silero_vad_test_model_runs_its_six_conv1d_as_int8_convolutions() -> None:

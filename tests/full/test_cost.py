@@ -35,6 +35,31 @@ def test_sams_estimate_prices_its_islands_by_the_cores_fpu(linted: Callable[...,
     assert linear.cycles == pytest.approx(linear.work * 3.3 + 200)  # the DSP fit, + dispatch
     # an island's cycles are its ops': with an FPU each div element is the loop and one VDIV.F32
     assert with_fpu.of(o.node for o in divs) == sum(o.work * (7 + 14) + 200 for o in divs)
+    # a board's flash read cost: a linear layer's weights stream once an inference while its MACs
+    # run, the slower of the two counts (a flash this slow outlasts 3.3 cycles a MAC); nothing else moves
+    slow_flash = estimate(view, core_for("cortex-m33", flash_read=1000.0))
+    streamed = next(o for o in slow_flash.ops if o.node == linear.node)
+    assert streamed.cycles == pytest.approx(weight.numel() * 1000.0 + 200)
+    assert [o.cycles for o in slow_flash.ops if "linear" not in o.op] == [
+        o.cycles for o in with_fpu.ops if "linear" not in o.op]
+    # a flash that keeps up with 3.3 cycles a MAC (and DSP cores' usually do) changes nothing
+    assert estimate(view, core_for("cortex-m33", flash_read=1.0)).ops == with_fpu.ops
+
+
+def test_a_boards_flash_read_cost_reaches_the_estimate(tmp_path: Path) -> None:
+    from qlint.graph.cost import core_of
+    from qlint.settings.config import load_config
+
+    config = tmp_path / ".qlint.yaml"
+    config.write_text("board: mine\nboards:\n  mine: {cpu: cortex-m85, clock: 480MHz, sram: 1MiB, flash: 2MiB, "
+                      "flash_read: 1.25}\n")
+    core = core_of(load_config(config))
+    assert (core.cpu, core.backend, core.clock_hz, core.flash_read) == ("cortex-m85", "mve", 480_000_000, 1.25)
+    assert core.describe() == "cortex-m85 (MVE kernels, FPU, flash reads 1.25 cycles/byte) at 480 MHz"
+    config.write_text("board: ek-ra8d1\n")
+    assert core_of(load_config(config)).flash_read == 0.625
+    config.write_text("target_cpu: cortex-m85\n")  # no board: weights priced as if in fast memory
+    assert core_of(load_config(config)).flash_read == 0.0
 
 
 def test_a_clock_turns_cycles_into_milliseconds() -> None:
@@ -151,4 +176,4 @@ def test_the_time_plot_draws_the_costliest_ops(attention: Path, tmp_path: Path,
                             str(attention)], capsys)
     svg = plot.read_text()
     assert code == 1 and "quantized_batch_matmul examples/models.py:28" in svg and "estimated milliseconds" in svg
-    assert "cortex-m85 (MVE kernels, FPU) at 480 MHz" in svg
+    assert "cortex-m85 (MVE kernels, FPU, flash reads 0.625 cycles/byte) at 480 MHz" in svg

@@ -61,6 +61,10 @@ def test_sizes_print_exactly() -> None:
      "'0MHz': a clock must be above 0 Hz"),
     ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, cpu: cortex-a53}\n", 2, "boards.mine.cpu", "'cortex-a53' is not one of"),
     ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, fpu: maybe}\n", 2, "boards.mine.fpu", "expected bool"),
+    ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, flash_read: -1}\n", 2, "boards.mine.flash_read",
+     "must be CPU cycles a byte from 0, got -1.0"),
+    ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, flash_read: .nan}\n", 2, "boards.mine.flash_read",
+     "must be CPU cycles a byte from 0, got nan"),
     ("board: nucleo-z999\n", 1, "board", "unknown board 'nucleo-z999'"),
     ("targets:\n  - {factory: m:f, board: nucleo-z999}\n", 2, "targets.board", "unknown board 'nucleo-z999'"),
     ("target_cpu: cortex-m4\nboard: nrf5340-dk\n", 1, "target_cpu", "'cortex-m4', but `board: nrf5340-dk` is a "
@@ -86,13 +90,13 @@ def test_a_board_sets_the_cpu_clock_and_fpu_of_the_run(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, """\
         board: mine
         boards:
-          mine: {cpu: cortex-m33, clock: 128MHz, fpu: false, sram: 512KiB, flash: 1MiB}
+          mine: {cpu: cortex-m33, clock: 128MHz, fpu: false, sram: 512KiB, flash: 1MiB, flash_read: 0.5}
         targets:
           - {name: other, factory: m:f, board: ek-ra8d1}
         """))
     board = config.selected_board()
     assert config.target_cpu == "cortex-m33" and board is not None
-    assert (board.clock_hz, board.fpu, board.sram) == (128_000_000, False, 512 * 1024)
+    assert (board.clock_hz, board.fpu, board.sram, board.flash_read) == (128_000_000, False, 512 * 1024, 0.5)
     assert config.targets[0].board == "ek-ra8d1"
     other = config.with_board("ek-ra8d1")
     assert (other.target_cpu, other.board) == ("cortex-m85", "ek-ra8d1")
@@ -132,6 +136,8 @@ def test_every_board_row_has_its_figures_and_a_source() -> None:
         # a clock and an FPU for the estimate, the FPU as the core's architecture allows
         assert board.clock_hz and 1_000_000 <= board.clock_hz <= 1_000_000_000 and board.fpu is not None, board.name
         assert not board.fpu or board.cpu not in ("cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m23"), board.name
+        # a flash read cost says how it is derived
+        assert board.flash_read is None or (0 < board.flash_read < 10 and "derived: " in board.flash_read_source)
     page = (Path(__file__).parents[2] / "docs" / "budgets.md").read_text(encoding="utf-8")
     for board in builtin_boards().values():
         assert f"| `{board.name}` | {board.cpu} |" in page and board.source in page
