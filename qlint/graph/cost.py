@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch.fx import Node
@@ -31,6 +32,7 @@ COPIES = frozenset({"transpose", "permute_copy", "permute", "clone", "_clone_dim
                     "cat", "slice_copy", "expand_copy", "pad", "constant_pad_nd", "select_copy",
                     "split_with_sizes_copy", "split_copy", "repeat", "index_select", "_to_copy", "contiguous"})
 MATMULS = frozenset({"quantized_linear", "quantized_batch_matmul"})
+CONVS = frozenset({"quantized_conv2d", "quantized_depthwise_conv2d", "quantized_transpose_conv2d"})
 FP32_MATMULS = frozenset({"linear", "mm", "bmm", "addmm", "matmul", "convolution", "conv2d", "conv1d"})
 # The arithmetic an fp32 op does an element (ExecuTorch's portable kernels), by its base name.
 FP32_ARITHMETIC: Mapping[str, Mapping[str, float]] = {
@@ -125,10 +127,10 @@ def _arg(node: Node, index: int) -> torch.Tensor | None:
 
 
 def _macs(node: Node, name: str) -> int:
-    """Multiply-accumulates: each output element sums over the reduced dimension (a matrix product's
-    inner one, a convolution's kernel window times its input channels per group)."""
+    """Multiply-accumulates of a float op: each output element sums over the reduced dimension (a
+    matrix product's inner one, a convolution's kernel window times its input channels per group)."""
     out = numel(node)
-    if name in ("quantized_conv2d", "quantized_depthwise_conv2d", "convolution", "conv2d", "conv1d"):
+    if name in ("convolution", "conv2d", "conv1d"):
         weight, result = _arg(node, 1), _tensor(output_value(node))
         if weight is None or result is None or result.dim() < 2 or not result.shape[1]:
             return 0
@@ -142,21 +144,53 @@ def _macs(node: Node, name: str) -> int:
     return out * int(first.shape[-1]) if first is not None and first.dim() else 0
 
 
+class ConvShape(NamedTuple):
+    """An int8 convolution as CMSIS-NN reads it: input and output as (N, C, H, W), the kernel's
+    (H, W) and its weights (OHWI; IHWO for a depthwise one)."""
+
+    source: tuple[int, int, int, int]
+    result: tuple[int, int, int, int]
+    kernel: tuple[int, int]
+    weights: int
+
+
+def _nchw(tensor: torch.Tensor | None, nhwc: bool) -> tuple[int, int, int, int] | None:
+    if tensor is None or tensor.dim() != 4:
+        return None
+    n, a, b, c = (int(d) for d in tensor.shape)
+    return (n, c, a, b) if nhwc else (n, a, b, c)
+
+
+def _conv_shape(node: Node, nhwc: bool) -> ConvShape | None:
+    """ExecuTorch's explicit-layout kernels (`..._nhwc`) take NHWC-shaped activations, the others
+    NCHW-shaped ones (their memory is channels_last either way)."""
+    weight = _arg(node, 1)
+    source, result = _nchw(_arg(node, 0), nhwc), _nchw(_tensor(output_value(node)), nhwc)
+    if weight is None or weight.dim() != 4 or source is None or result is None or not result[1]:
+        return None
+    return ConvShape(source, result, (int(weight.shape[1]), int(weight.shape[2])), int(weight.numel()))
+
+
+def _conv_macs(shape: ConvShape, name: str) -> int:
+    """A convolution's output elements times its weights an output channel; a transposed one's
+    input pixels times all its weights (each input pixel scatters the whole kernel)."""
+    n, channels, height, width = shape.result
+    if name == "quantized_transpose_conv2d":
+        return shape.source[0] * shape.source[2] * shape.source[3] * shape.weights
+    return n * height * width * shape.weights
+
+
 def _ints(node: Node, index: int) -> tuple[int, ...]:
     value = node.args[index] if len(node.args) > index else ()
     return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else ()
 
 
-def _conv_route(node: Node) -> str:
+def _conv_route(node: Node, shape: ConvShape) -> str:
     """The kernel `arm_convolve_wrapper_s8` (CMSIS-NN v7.0.0 on) runs a regular convolution with:
     a 1x1 kernel without padding multiplies the input as it lies ("pointwise"); so does a 1xN
     kernel over a one-row input whose stride times channels is a multiple of 4
     (`arm_convolve_1_x_n_s8`); any other copies each window into im2col first ("conv")."""
-    weight, source = _arg(node, 1), _arg(node, 0)
-    if weight is None or source is None or weight.dim() != 4 or source.dim() != 4:
-        return "conv"
-    kernel_h, kernel_w = int(weight.shape[1]), int(weight.shape[2])
-    channels, height = int(source.shape[1]), int(source.shape[2])
+    (kernel_h, kernel_w), channels, height = shape.kernel, shape.source[1], shape.source[2]
     stride, padding, dilation = _ints(node, 3), _ints(node, 4), _ints(node, 5)
     stride_w, dilation_w = (stride or (1,))[-1], (dilation or (1,))[-1]
     if (kernel_h, kernel_w) == (1, 1) and not any(padding) and set(dilation) <= {1}:
@@ -166,27 +200,24 @@ def _conv_route(node: Node) -> str:
     return "conv"
 
 
-def _kernel_class(node: Node, name: str, core: Core) -> str:
-    """The CMSIS-NN kernel a matrix op runs. On MVE, `arm_depthwise_conv_wrapper_s8` runs a
+def _conv_class(node: Node, name: str, shape: ConvShape, core: Core) -> str:
+    """The CMSIS-NN kernel a convolution runs. On MVE, `arm_depthwise_conv_wrapper_s8` runs a
     depthwise convolution of one input channel into several as a regular convolution (CMSIS-NN
-    v7.0.0 on: `CONVERT_DW_CONV_WITH_ONE_INPUT_CH_AND_OUTPUT_CH_ABOVE_THRESHOLD`, 1 with GCC)."""
-    if name in MATMULS:
-        return "linear"
+    v7.0.0 on: `CONVERT_DW_CONV_WITH_ONE_INPUT_CH_AND_OUTPUT_CH_ABOVE_THRESHOLD`, 1 with GCC). A
+    transposed one (`arm_transpose_conv_s8`: rows of int32 sums, requantized) has no im2col."""
+    if name == "quantized_transpose_conv2d":
+        return "transpose"
     if name == "quantized_depthwise_conv2d":
-        source, result = _arg(node, 0), _tensor(output_value(node))
-        one_into_many = (source is not None and result is not None and source.dim() == 4
-                         and int(source.shape[1]) == 1 and int(result.shape[1]) > 1)
-        return _conv_route(node) if one_into_many and core.backend == "mve" else "depthwise"
-    return _conv_route(node)
+        one_into_many = shape.source[1] == 1 and shape.result[1] > 1
+        return _conv_route(node, shape) if one_into_many and core.backend == "mve" else "depthwise"
+    return _conv_route(node, shape)
 
 
-def _windows(node: Node) -> int:
+def _windows(shape: ConvShape) -> int:
     """Output pixels times kernel positions: the im2col copies of a regular convolution (one a
     kernel position for each output pixel in `arm_convolve_s8`)."""
-    weight, result = _arg(node, 1), _tensor(output_value(node))
-    if weight is None or result is None or weight.dim() != 4 or result.dim() != 4:
-        return 0
-    return int(result.shape[0] * result.shape[2] * result.shape[3]) * int(weight.shape[1] * weight.shape[2])
+    n, _, height, width = shape.result
+    return n * height * width * shape.kernel[0] * shape.kernel[1]
 
 
 def _weights_streamed(node: Node, name: str) -> int:
@@ -197,16 +228,27 @@ def _weights_streamed(node: Node, name: str) -> int:
     return int(weight.numel()) * weight.element_size() if weight is not None else 0
 
 
+def _conv_cost(table: CostTable, core: Core, node: Node, name: str) -> tuple[int, str, float] | None:
+    nhwc = name.endswith("_nhwc")
+    name = name.removesuffix("_nhwc")
+    shape = _conv_shape(node, nhwc)
+    if shape is None:
+        return None
+    kind = _conv_class(node, name, shape, core)
+    macs = _conv_macs(shape, name)
+    windows = _windows(shape) if kind == "conv" else 0
+    return macs, "MAC", table.kernel(core, kind).cycles(macs, numel(node), windows)
+
+
 def _int8_cost(table: CostTable, core: Core, node: Node, name: str) -> tuple[int, str, float]:
     elements = numel(node)
-    if name in ("quantized_conv2d", "quantized_depthwise_conv2d") or name in MATMULS:
-        kind = _kernel_class(node, name, core)
-        macs = _macs(node, name)
-        windows = _windows(node) if kind == "conv" else 0
-        kernel = table.kernel(core, kind)
+    if name.removesuffix("_nhwc") in CONVS and (priced := _conv_cost(table, core, node, name)) is not None:
+        return priced
+    if name in MATMULS:
+        kernel, macs = table.kernel(core, "linear"), _macs(node, name)
         # weights read once from flash stream while the MACs run: the slower of the two counts
         streamed = _weights_streamed(node, name) * core.flash_read
-        return macs, "MAC", kernel.cycles(macs, elements, windows) + max(0.0, streamed - kernel.per_mac * macs)
+        return macs, "MAC", kernel.cycles(macs, elements) + max(0.0, streamed - kernel.per_mac * macs)
     if name in CONVERSIONS and not core.fpu:  # the kernel scales in float: soft float without an FPU
         return elements, "element", elements * table.fp32_element(core, CONVERSION_ARITHMETIC)
     if "pool" in name:  # a pool reads every element of its window

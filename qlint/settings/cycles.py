@@ -20,7 +20,7 @@ import yaml
 # Baseline); the others (M4, M7, M33, M35P, M55, M85) have an optional one that nearly every part
 # ships: a board says `fpu: false` for one that does not.
 NO_FPU = frozenset({"cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m23"})
-INT8_CLASSES = ("conv", "pointwise", "depthwise", "linear", "pool", "quantize", "elementwise", "copy")
+INT8_CLASSES = ("conv", "pointwise", "depthwise", "transpose", "linear", "pool", "quantize", "elementwise", "copy")
 FP32_ARITHMETIC = ("add", "mul", "div", "sqrt", "exp")
 
 

@@ -62,6 +62,54 @@ def test_a_boards_flash_read_cost_reaches_the_estimate(tmp_path: Path) -> None:
     assert core_of(load_config(config)).flash_read == 0.0
 
 
+def test_explicit_layout_kernels_cost_what_their_twins_do_and_a_transposed_convolution_its_macs() -> None:
+    """ExecuTorch's experimental explicit-layout lowering runs the same CMSIS-NN functions as
+    `..._nhwc` kernels over NHWC-shaped tensors: each is priced as the kernel it calls, at the same
+    shapes; a transposed convolution by its input pixels times its weights."""
+    import inspect
+
+    import torch
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+    from executorch.exir.program._program import _transform, lift_constant_tensor_pass
+
+    from qlint.graph.cost import core_for, estimate
+    from qlint.graph.lowering import run_passes, target_config, to_edge
+    from qlint.graph.quantize import export_float, quantize_graph
+    from qlint.graph.view import GraphView
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 1),
+                                torch.nn.Conv2d(16, 16, 3, padding=1, groups=16),
+                                torch.nn.ConvTranspose2d(16, 8, 3)).eval()
+    nchw = (torch.randn(1, 8, 8, 8),)
+    priced = {}
+    for explicit in (False, True):
+        example = nchw if explicit else (nchw[0].to(memory_format=torch.channels_last),)
+        quantized = quantize_graph(export_float(model, example), example, [example],
+                                   CortexMQuantizer(use_explicit_layout=explicit))
+        program = to_edge(quantized).exported_program()
+        if explicit:
+            for pass_cls in CortexMPassManager.explicit_layout_pass_list:
+                wants = inspect.signature(pass_cls).parameters
+                kwargs = {**({"exported_program": program} if "exported_program" in wants else {}),
+                          **({"target_config": target_config("cortex-m55")} if "target_config" in wants else {})}
+                program = _transform(program, pass_cls(**kwargs))
+            program = lift_constant_tensor_pass(program)
+        else:
+            program = run_passes(program, "cortex-m55")
+        cost = estimate(GraphView(program, quantized=quantized), core_for("cortex-m55"))
+        priced[explicit] = [(o.op.split(".")[1], o.work, o.cycles) for o in cost.ops if "conv" in o.op]
+    kernels = ["quantized_conv2d", "quantized_conv2d", "quantized_depthwise_conv2d", "quantized_transpose_conv2d"]
+    assert [k for k, _, _ in priced[False]] == kernels
+    assert [k for k, _, _ in priced[True]] == [f"{k}_nhwc" for k in kernels]
+    assert [(w, c) for _, w, c in priced[True]] == [(w, c) for _, w, c in priced[False]]
+    # the transposed convolution: 8x8 input pixels times its 8x3x3x16 weights; the MVE matrix product
+    # and a requantization for each of its 8x10x10 outputs, no im2col
+    _, macs, cycles = priced[True][-1]
+    assert macs == 64 * 8 * 3 * 3 * 16 and cycles == pytest.approx(0.211 * macs + 16.8 * 800 + 200)
+
+
 def test_a_clock_turns_cycles_into_milliseconds() -> None:
     from qlint.graph.cost import OpCost, ProgramCost
     from qlint.settings.cycles import Core

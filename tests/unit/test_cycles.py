@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from qlint.settings.cycles import Core, cost_table
+from qlint.settings.cycles import INT8_CLASSES, Core, cost_table
 
 MVE, DSP = Core("cortex-m55", "mve", True), Core("cortex-m4", "dsp", True)
 
@@ -49,8 +49,10 @@ def test_the_table_prices_each_fitted_operator_within_its_band(
     assert abs(estimate / measured - 1) <= band, f"{row}: {estimate:,.0f} against {measured:,}"
 
 
-def test_every_coefficient_says_where_it_comes_from() -> None:
+def test_every_backend_prices_every_kernel_class_and_says_where_each_figure_comes_from() -> None:
     table = cost_table()
+    assert set(table.int8) == {"mve", "dsp", "scalar"}
     for backend, kinds in table.int8.items():
+        assert set(kinds) == set(INT8_CLASSES), backend
         for kind, coefficient in kinds.items():
             assert coefficient.source, f"{backend}.{kind} has neither fit: nor assumed:"
