@@ -174,7 +174,7 @@ def _conv_shape(node: Node, nhwc: bool) -> ConvShape | None:
 def _conv_macs(shape: ConvShape, name: str) -> int:
     """A convolution's output elements times its weights an output channel; a transposed one's
     input pixels times all its weights (each input pixel scatters the whole kernel)."""
-    n, channels, height, width = shape.result
+    n, _, height, width = shape.result
     if name == "quantized_transpose_conv2d":
         return shape.source[0] * shape.source[2] * shape.source[3] * shape.weights
     return n * height * width * shape.weights

@@ -11,13 +11,11 @@ replacement passes exposed. Each pass runs alone so a failure names its pass.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import re
-from collections.abc import Callable, Iterator
 from typing import Any
 
-from qlint.graph import stack
+from qlint.graph import speedups, stack
 from qlint.io.reads import first_line
 from qlint.settings.options import LoweringOrder
 
@@ -86,11 +84,11 @@ def target_config(cpu: str) -> Any:
 def to_edge(ep: Any) -> Any:
     """`to_edge` with the compile config the Cortex-M backend requires."""
     stack.load()
-    share_provenance_snapshots()
+    speedups.share_provenance_snapshots()
     from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
     from executorch.exir import to_edge as exir_to_edge
 
-    with registering_py_kernels_directly():
+    with speedups.registering_py_kernels_directly():
         return exir_to_edge(ep, compile_config=cortex_m_edge_compile_config())
 
 
@@ -141,88 +139,3 @@ def needs_repair(program: Any) -> bool:
             if base in passthrough:
                 frontier.extend(user.users)
     return False
-
-
-class _Snapshot(list[Any]):
-    """A node's provenance list that `copy.deepcopy` copies one level deep (see below)."""
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
-        return list(self)
-
-
-def share_provenance_snapshots() -> None:
-    """Make torch's `NodeSource` snapshot a node's provenance (`node.meta["from_node"]`) as a new list of
-    the same `NodeSource` records instead of a deep copy of the whole tree.
-
-    Every node an ExecuTorch pass retraces gets a `NodeSource` of the node it came from, and torch
-    deep-copies that node's provenance tree into it; the trees deepen with every pass, so the copies
-    are about a fifth of `to_edge` (SAM here: a process that loads and lowers it, 15 % shorter).
-    Nothing changes a `NodeSource` once made (torch builds new ones and new lists), so sharing the
-    records answers every question the copies did: ExecuTorch's debug handles (each node's oldest
-    ancestor) and the ETRecord are the same. Where `NodeSource` does not deep-copy `from_node`, this
-    changes nothing. Set on the first lowering, not with the stack: what a quantizer builds is the
-    same with or without it.
-    """
-    import torch.fx.traceback as fx_traceback
-
-    original = fx_traceback.NodeSource.__init__
-    if getattr(original, "shares_provenance", False):
-        return
-
-    def init(self: Any, node: Any, *args: Any, **kwargs: Any) -> None:
-        meta = getattr(node, "meta", None)
-        given = meta.get("from_node") if isinstance(meta, dict) else None
-        if not isinstance(meta, dict) or type(given) is not list:
-            original(self, node, *args, **kwargs)
-            return
-        meta["from_node"] = _Snapshot(given)
-        try:
-            original(self, node, *args, **kwargs)
-        finally:
-            meta["from_node"] = given
-
-    init.shares_provenance = True  # type: ignore[attr-defined]
-    init.__wrapped__ = original  # type: ignore[attr-defined]
-    fx_traceback.NodeSource.__init__ = init
-
-
-@contextlib.contextmanager
-def registering_py_kernels_directly() -> Iterator[None]:
-    """Within the block, `OpOverload.py_impl(key)` for a dispatch key writes the kernel table as torch's
-    does, without building the decorator torch builds per call.
-
-    Every `run_decompositions` (two a `to_edge`) overrides the CompositeImplicitAutograd kernels of
-    ~560 ops, about 12,000 `py_impl` registrations. torch's `py_impl` defines a decorator per call
-    whose `Callable[_P, _T]` annotations are evaluated each time; that is most of the ~80 ms an
-    override takes here (~28 ms without it), a fifth of lowering a small program. The table writes
-    are the same: the same error for a key already registered, the same cache cleared. Any other
-    kind of key (a mode, a tensor subclass, a functorch transform, `DispatchKey.Python`) goes to
-    torch's own `py_impl`. Scoped to the lowering; where `OpOverload` has no such method, nothing
-    changes.
-    """
-    from torch._C import DispatchKey
-    from torch._ops import OpOverload
-
-    torch_py_impl = getattr(OpOverload, "py_impl", None)
-    if torch_py_impl is None or "py_impl" in vars(OpOverload):
-        yield  # not torch's inherited method (or already replaced by an enclosing block): leave it
-        return
-
-    def py_impl(self: Any, key: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        if type(key) is not DispatchKey or key == DispatchKey.Python:
-            return torch_py_impl(self, key)
-
-        def register(kernel: Callable[..., Any]) -> Callable[..., Any]:
-            if key in self.py_kernels:
-                raise RuntimeError(f"Trying to override a python impl for {key} on operator {self.name()}")
-            self.py_kernels[key] = kernel
-            self._dispatch_cache.clear()
-            return kernel
-
-        return register
-
-    OpOverload.py_impl = py_impl
-    try:
-        yield
-    finally:
-        del OpOverload.py_impl

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import warnings
 from functools import lru_cache
-from typing import Any
 
 # Import-time chatter from these loggers is noise to a linter's user
 # (torchao's optional CUDA kernels, pytree deprecations, fake-tensor retries).
@@ -55,41 +54,6 @@ def load() -> None:
     import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (quantized_decomposed ops)
 
     quiet_logs(verbose)  # some executorch modules set their logger levels on import
-    _ask_the_dispatcher_once_per_collection()
+    from qlint.graph import speedups
 
-
-def _ask_the_dispatcher_once_per_collection() -> None:
-    """Make torch's `_collect_all_valid_cia_ops` ask the C++ dispatcher for its CompositeImplicitAutograd
-    ops once per call instead of once per op namespace.
-
-    `run_decompositions` (twice in every `to_edge`) calls it, and it walks the dispatcher's whole CIA
-    list for each of the ~44 namespaces, though nothing can register an op in between: 53 ms a call
-    here, 8 ms with one walk, the same set of ops. It is not cached across calls (an op registered
-    by a model factory is still seen). Where torch does not have these functions, nothing changes.
-    """
-    import torch._export.utils as export_utils
-    import torch.export.decomp_utils as decomp_utils
-    import torch.export.exported_program as exported_program
-
-    collect = getattr(export_utils, "_collect_all_valid_cia_ops", None)
-    materialize = getattr(export_utils, "_materialize_cpp_cia_ops", None)
-    if collect is None or materialize is None:
-        return
-
-    def collect_once() -> Any:
-        asked: list[bool] = []
-
-        def materialize_once() -> None:
-            if not asked:
-                materialize()
-                asked.append(True)
-
-        export_utils._materialize_cpp_cia_ops = materialize_once
-        try:
-            return collect()
-        finally:
-            export_utils._materialize_cpp_cia_ops = materialize
-
-    for module in (exported_program, decomp_utils):
-        if getattr(module, "_collect_all_valid_cia_ops", None) is collect:
-            module._collect_all_valid_cia_ops = collect_once
+    speedups.ask_the_dispatcher_once_per_collection()

@@ -98,7 +98,7 @@ def test_a_lowering_with_shared_provenance_records_is_the_lowering_torch_copies_
 
     import torch.fx.traceback as fx_traceback
 
-    from qlint.graph import lowering
+    from qlint.graph import lowering, speedups
 
     def lowered() -> list[tuple[str, Any, str]]:
         program = lowering.run_passes(lowering.to_edge(copy.deepcopy(quantized("make_attention"))).exported_program())
@@ -113,7 +113,7 @@ def test_a_lowering_with_shared_provenance_records_is_the_lowering_torch_copies_
     node = next(n for n in quantized("make_attention").graph.nodes if n.meta.get("from_node"))
     assert fx_traceback.NodeSource(node).from_node[0] is node.meta["from_node"][0]  # shared, not copied
     monkeypatch.setattr(fx_traceback.NodeSource, "__init__", init.__wrapped__)
-    monkeypatch.setattr(lowering, "share_provenance_snapshots", lambda: None)
+    monkeypatch.setattr(speedups, "share_provenance_snapshots", lambda: None)
     copied = lowered()
     assert fx_traceback.NodeSource(node).from_node[0] is not node.meta["from_node"][0]
     assert shared == copied and sum(1 for _, handle, _ in shared if handle) > 10
@@ -133,7 +133,7 @@ def test_kernels_registered_directly_are_the_kernels_torch_registers(
     from executorch.exir.tracer import _default_decomposition_table
     from torch._ops import OpOverload
 
-    from qlint.graph import lowering
+    from qlint.graph import lowering, speedups
 
     cia, _ = exported_program._split_decomp_table_to_cia_and_python_decomp(_default_decomposition_table())
 
@@ -143,7 +143,7 @@ def test_kernels_registered_directly_are_the_kernels_torch_registers(
                                     for key, kernel in op.py_kernels.items()) for op in cia}
 
     torch_tables = tables()
-    with lowering.registering_py_kernels_directly():
+    with speedups.registering_py_kernels_directly():
         assert "py_impl" in vars(OpOverload)
         direct_tables = tables()
         assert torch._C.DispatchKey.Autograd not in torch.ops.aten.add.Tensor.py_kernels
@@ -159,9 +159,9 @@ def test_kernels_registered_directly_are_the_kernels_torch_registers(
     assert sum(len(kernels) for kernels in direct_tables.values()) > 5000
 
     def lowered(direct: bool) -> list[tuple[str, str, str]]:
-        block = lowering.registering_py_kernels_directly if direct else contextlib.nullcontext
+        block = speedups.registering_py_kernels_directly if direct else contextlib.nullcontext
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(lowering, "registering_py_kernels_directly", block)
+            patch.setattr(speedups, "registering_py_kernels_directly", block)
             edge = lowering.to_edge(copy.deepcopy(quantized("make_attention")))
         program = lowering.run_passes(edge.exported_program())
         return [(n.name, str(n.target), str(n.meta.get("val"))) for n in program.graph.nodes]
