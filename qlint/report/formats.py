@@ -26,7 +26,7 @@ from qlint.records.results import (
 )
 from qlint.report import OUTPUT_FORMATS
 from qlint.report.escape import github_value, markdown_code, markdown_fence, markdown_link, markdown_text
-from qlint.rules.builders import time_clause
+from qlint.rules.builders import time_clause, time_clause_of
 from qlint.rules.catalog import load_catalog
 from qlint.rules.table import Code
 
@@ -439,8 +439,8 @@ def markdown(report: Report, attachments: Sequence[str] = ()) -> str:
                 f.severity,
                 markdown_text(f.artifact),
                 markdown_code(str(f.location)) if f.location else "",
-                markdown_text(f.message),
-                f"{100 * float(f.details['time_share']):.1f}%" if "time_share" in f.details else "",
+                markdown_text(f.message.removesuffix(f"; {time_clause_of(f.details)}") if _priced(f) else f.message),
+                _time_cell(f) if _priced(f) else "",
             ]
             for f in by_cost(report.findings)
         ]
@@ -466,6 +466,18 @@ def markdown(report: Report, attachments: Sequence[str] = ()) -> str:
         lines += [markdown_link(link, link, image=link.lower().endswith((".svg", ".png"))), ""]
     lines.append(totals(report).replace("\n", "  \n"))
     return "\n".join(lines)
+
+
+def _priced(finding: Finding) -> bool:
+    return "time_share" in finding.details and "cycles" in finding.details
+
+
+def _time_cell(finding: Finding) -> str:
+    """`3,232 cycles (20.1%)`: the summary's time column, so a priced finding's message there ends
+    before its time clause (annotations and SARIF, which have no column, keep it)."""
+    latency = finding.details.get("latency_ms")
+    at_clock = f", {float(latency):.3g} ms" if latency is not None else ""
+    return f"{int(finding.details['cycles']):,} cycles{at_clock} ({float(finding.details['time_share']):.1%})"
 
 
 FORMATS: dict[str, Callable[[Report], str]] = dict(
