@@ -99,7 +99,8 @@ class ProgramCost:
 
 
 def core_of(config: Config) -> Core:
-    """The core a run estimates for: the config's CPU, with the selected board's FPU and clock."""
+    """The core a run estimates for: the config's CPU, with the selected board's FPU, clock and
+    flash read cost."""
     board = config.selected_board()
     if board is None:
         return core_for(config.target_cpu)
@@ -127,8 +128,9 @@ def _arg(node: Node, index: int) -> torch.Tensor | None:
 
 
 def _macs(node: Node, name: str) -> int:
-    """Multiply-accumulates of a float op: each output element sums over the reduced dimension (a
-    matrix product's inner one, a convolution's kernel window times its input channels per group)."""
+    """Multiply-accumulates of a matrix product or a float convolution: each output element sums over
+    the reduced dimension (a matrix product's inner one, a convolution's kernel window times its input
+    channels per group). An int8 convolution's are `_conv_macs`."""
     out = numel(node)
     if name in ("convolution", "conv2d", "conv1d"):
         weight, result = _arg(node, 1), _tensor(output_value(node))
