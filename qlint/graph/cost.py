@@ -183,8 +183,9 @@ def _conv_macs(shape: ConvShape, name: str) -> int:
 
 
 def _ints(node: Node, index: int) -> tuple[int, ...]:
+    """An int-list argument (stride, padding, dilation); () for anything else a program may hold."""
     value = node.args[index] if len(node.args) > index else ()
-    return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else ()
+    return tuple(value) if isinstance(value, (list, tuple)) and all(type(v) is int for v in value) else ()
 
 
 def _conv_route(node: Node, shape: ConvShape) -> str:

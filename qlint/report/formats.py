@@ -102,9 +102,14 @@ def _finding_lines(group: list[Finding], quiet: bool) -> list[str]:
     return lines
 
 
+def _priced(finding: Finding) -> bool:
+    """Whether the finding carries its island's time (`graph.rules.Context.priced` sets both)."""
+    return "time_share" in finding.details and "cycles" in finding.details
+
+
 def time_line(group: list[Finding]) -> str:
     """The time clause of a group of islands, summed (one island's ends its message), if priced."""
-    priced = [g for g in group if "cycles" in g.details]
+    priced = [g for g in group if _priced(g)]
     if len(group) < 2 or not priced:
         return ""
     cycles = sum(int(g.details["cycles"]) for g in priced)
@@ -466,10 +471,6 @@ def markdown(report: Report, attachments: Sequence[str] = ()) -> str:
         lines += [markdown_link(link, link, image=link.lower().endswith((".svg", ".png"))), ""]
     lines.append(totals(report).replace("\n", "  \n"))
     return "\n".join(lines)
-
-
-def _priced(finding: Finding) -> bool:
-    return "time_share" in finding.details and "cycles" in finding.details
 
 
 def _time_cell(finding: Finding) -> str:
