@@ -4,7 +4,8 @@ File names, target and board names, node names and messages come from artifacts,
 file system, which a pull request controls. In a CI log a line that starts with `::` is a workflow
 command (`qlint.io.reads.not_a_command`); in a GitHub workflow command `%`, line breaks and, in a
 property, `:` and `,` are syntax; in the markdown of a job summary `|` ends a table cell and HTML,
-emphasis, links and code spans are markup. Each function here escapes one of these.
+emphasis, links and code spans are markup; a spreadsheet runs a CSV cell that starts with `=` as a
+formula. Each function here escapes one of these.
 """
 
 from __future__ import annotations
@@ -28,6 +29,18 @@ def github_value(value: str, prop: bool = False) -> str:
     if prop:
         value = value.replace(":", "%3A").replace(",", "%2C")
     return value
+
+
+# What starts a formula in a spreadsheet's cell (OWASP's list; a tab or carriage return is escaped first).
+_FORMULA_STARTS = ("=", "+", "-", "@")
+
+
+def spreadsheet_cell(text: str) -> str:
+    """`text` as a CSV cell a spreadsheet shows as text: control characters escaped (a carriage return
+    would start a row, a tab be skipped), then a quote before a cell that would start a formula, also
+    after leading spaces."""
+    text = printable(text)
+    return f"'{text}" if text.lstrip().startswith(_FORMULA_STARTS) else text
 
 
 def markdown_text(text: str) -> str:

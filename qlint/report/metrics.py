@@ -15,7 +15,7 @@ from qlint import __version__
 from qlint.io.limits import RECORD_MAX_BYTES
 from qlint.io.reads import ReadError, printable, read_json
 from qlint.records.results import Delta, Figures, Report
-from qlint.report.escape import markdown_code, markdown_text
+from qlint.report.escape import markdown_code, markdown_text, spreadsheet_cell
 from qlint.settings.budgets import show
 from qlint.settings.sizes import MAX_AMOUNT
 
@@ -158,7 +158,6 @@ def profile_comparison(report: Report, suffix: str) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["artifact"], lineterminator="\n")
     writer.writeheader()
-    for row in rows:  # a cell a spreadsheet would run as a formula starts with a quote
-        writer.writerow({k: f"'{v}" if isinstance(v, str) and v[:1] in ("=", "+", "-", "@") else v
-                         for k, v in row.items()})
+    for row in rows:
+        writer.writerow({k: spreadsheet_cell(v) if isinstance(v, str) else v for k, v in row.items()})
     return out.getvalue()

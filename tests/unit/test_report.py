@@ -111,3 +111,27 @@ def test_the_time_plot_draws_names_from_the_artifact_literally(tmp_path: Path) -
     write_plot(Report(stats=[stats]), plot, figure, "time plot")
     svg = plot.read_text()
     assert "a$b.pt2: estimated 0.01 ms" in svg and "div models/$x^{$.py:3" in svg
+
+
+def test_no_cell_of_the_profile_comparison_csv_starts_a_formula() -> None:
+    """An artifact's name comes from the file system: a carriage return in it would start a row of
+    its own and a leading tab or space hide the `=` from a check of the first character. Control
+    characters are escaped, then a cell that starts a formula (after spaces too) gets a quote."""
+    import csv
+    import io
+
+    from qlint.records.results import ArtifactStats, ProfileRow
+    from qlint.report.metrics import profile_comparison
+
+    names = ["\r=1+1", "\t=1+1", "x\r=1+1", " =1+1", '=HYPERLINK("x")', "-2+3", "+1", "@SUM(A1)", "plain.pte"]
+    report = Report(stats=[ArtifactStats(name, core="cortex-m55", measured_runs=1,
+                                         profile=(ProfileRow("=cmd|' /C calc'!A0", 1, 10, 20),)) for name in names])
+    text = profile_comparison(report, ".csv")
+    lines = text.splitlines()  # a spreadsheet's reader splits rows at \r too
+    assert len(lines) == 1 + len(names)
+    assert not [line for line in lines if line.lstrip().startswith(("=", "+", "-", "@"))]
+    rows = list(csv.reader(io.StringIO(text, newline="")))[1:]
+    assert [row[0] for row in rows] == ["\\r=1+1", "\\t=1+1", "x\\r=1+1", "' =1+1", "'=HYPERLINK(\"x\")", "'-2+3",
+                                        "'+1", "'@SUM(A1)", "plain.pte"]
+    assert {row[3] for row in rows} == {"'=cmd|' /C calc'!A0"}
+    assert rows[0][1:] == ["cortex-m55", "1", "'=cmd|' /C calc'!A0", "1", "10", "20", "2.0"]
