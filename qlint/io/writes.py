@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -9,11 +10,14 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 from qlint.io.reads import file_kind
+
+T = TypeVar("T")
 
 # `.<name>.qlint-<pid>-<random>.tmp`: the pid says whether its writer still runs.
 _TEMP = re.compile(r"^\..+\.qlint-(?P<pid>\d+)-[^.]+\.tmp$")
@@ -33,26 +37,70 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     would replace `/dev/null`, a FIFO or a symlink itself. Ctrl-C during the write
     takes effect once the target is whole or untouched. `mode`: the file's permissions (a secret: 0o600).
     """
-    path = Path(path)
-    folder = path.parent or Path(".")
-    ensure_replaceable(path)
-    remove_stale_temps(folder)
+    _write_all([(Path(path), data)], mode)
+
+
+class OutputFailed(OSError):
+    """A file of `write_all` that could not be written: `path` is that file, the message why."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(reason)
+        self.path = path
+
+
+def write_all(files: Sequence[tuple[Path, bytes]], mode: int = 0o644) -> None:
+    """Write files that belong together (a program and its record) as `write_atomic` writes one, and
+    none of them unless all can be: every target is checked, then every temp file written, before the
+    first rename (which fails only if a folder changed meanwhile). `OutputFailed` names the file that
+    could not be written."""
+    _write_all([(Path(path), data) for path, data in files], mode, named=True)
+
+
+def _write_all(files: list[tuple[Path, bytes]], mode: int, named: bool = False) -> None:
+    for path, _ in files:
+        _about(path, named, ensure_replaceable, path)
+    for folder in dict.fromkeys(path.parent for path, _ in files):
+        remove_stale_temps(folder)
     with _interrupts_deferred():
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.qlint-{os.getpid()}-", suffix=".tmp", dir=folder)
+        temps: list[str] = []
         try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp, mode)
-            ensure_replaceable(path)  # again: the write may have taken a while
-            os.replace(tmp, path)
+            for path, data in files:
+                temps.append(_about(path, named, _temp_copy, path, data, mode))
+            for path, _ in files:
+                _about(path, named, ensure_replaceable, path)  # again: the writes may have taken a while
+            for (path, _), tmp in zip(files, temps, strict=True):
+                _about(path, named, os.replace, tmp, path)
         except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            for tmp in temps:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             raise
+
+
+def _about(path: Path, named: bool, call: Callable[..., T], *args: Any) -> T:
+    """`call(*args)`; with `named`, an OSError it raises is an `OutputFailed` naming `path`."""
+    try:
+        return call(*args)
+    except OSError as exc:
+        if not named or isinstance(exc, OutputFailed):
+            raise
+        raise OutputFailed(path, exc.strerror or str(exc)) from exc
+
+
+def _temp_copy(path: Path, data: bytes, mode: int) -> str:
+    """`data` in a new temp file beside `path`, synced, with `mode`: its name (removed if this fails)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.qlint-{os.getpid()}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return tmp
 
 
 def ensure_replaceable(path: Path) -> None:

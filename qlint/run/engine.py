@@ -166,7 +166,7 @@ ETRECORD_SUFFIX = ".etrecord"
 def record_fix(report: Report, result: FixResult, artifact: str, destination: Path) -> None:
     """Write a verified fix's .pte (none for a dry run) and add its findings and summary to the report."""
     from qlint.fix.apply import etrecord
-    from qlint.io.writes import write_atomic
+    from qlint.io.writes import OutputFailed, write_all
 
     if result.pte is not None:
         record = destination.with_suffix(ETRECORD_SUFFIX)
@@ -177,12 +177,11 @@ def record_fix(report: Report, result: FixResult, artifact: str, destination: Pa
             report.errors.append(InputError(artifact, f"cannot record the ETRecord of the fixed program, nothing "
                                                       f"written: {type(exc).__name__}: {first_line(exc)}"))
             return
-        try:
-            write_atomic(destination, result.pte)
-            if recorded is not None:
-                write_atomic(record, recorded)
+        try:  # the program and its record, or neither
+            write_all([(destination, result.pte), *([(record, recorded)] if recorded is not None else [])])
         except OSError as exc:
-            report.errors.append(InputError(artifact, f"cannot write {display(destination)}: {exc.strerror or exc}"))
+            failed = exc.path if isinstance(exc, OutputFailed) else destination
+            report.errors.append(InputError(artifact, f"cannot write {display(failed)}: {exc.strerror or exc}"))
             return
         result.summary.output = display(destination)
     report.findings.extend(result.findings)

@@ -376,17 +376,21 @@ def test_a_cache_entry_is_not_written_through_a_symlink(
     assert entry.is_symlink() and (tmp_path / "victim").read_text() == "keep me"
 
 
+@pytest.mark.parametrize("planted", ["attention.pte", "attention.etrecord"])
 def test_a_fixed_program_is_not_written_through_a_symlink(
-    tmp_path: Path, artifact: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    planted: str, tmp_path: Path, artifact: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`qlint fix model.pt2` writes `model.pte` beside it: a checkout can plant that name as a link."""
+    """`qlint fix model.pt2` writes `model.pte` and `model.etrecord` beside it: a checkout can plant
+    either name as a link. The error names that file, and neither is written: a program without its
+    record (or a record of another program) would mislead `--profile`."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "victim").write_text("keep me")
-    (tmp_path / "attention.pte").symlink_to("victim")
+    (tmp_path / planted).symlink_to("victim")
     code, _, err = run_cli(["fix", "--no-cache", artifact.name], capsys)
     assert (code, err.splitlines()) == (
-        2, [f"qlint: error: attention.pt2: cannot write attention.pte: not a regular file (a symlink); {REFUSED}"])
-    assert os.readlink("attention.pte") == "victim" and (tmp_path / "victim").read_text() == "keep me"
+        2, [f"qlint: error: attention.pt2: cannot write {planted}: not a regular file (a symlink); {REFUSED}"])
+    assert os.readlink(planted) == "victim" and (tmp_path / "victim").read_text() == "keep me"
+    assert files(tmp_path) == sorted(["attention.pt2", planted, "victim"])
 
 
 # -- Model Explorer overlay names ---------------------------------------------------------------

@@ -75,3 +75,25 @@ def test_failed_write_leaves_no_temp_file(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         write_atomic(tmp_path / "out.pte", b"abc")
     assert [p.name for p in tmp_path.iterdir()] == ["out.pte"]
+
+
+def test_files_written_together_are_all_written_or_none(tmp_path: Path) -> None:
+    """A program and its record: when one cannot be written the other is not either, and the error
+    names the one that failed."""
+    from qlint.io.writes import OutputFailed, write_all
+
+    (tmp_path / "model.pte").write_bytes(b"old program")
+    (tmp_path / "model.etrecord").symlink_to("elsewhere")
+    with pytest.raises(OutputFailed) as failed:
+        write_all([(tmp_path / "model.pte", b"new program"), (tmp_path / "model.etrecord", b"record")])
+    assert failed.value.path == tmp_path / "model.etrecord" and str(failed.value).startswith("not a regular file")
+    assert (tmp_path / "model.pte").read_bytes() == b"old program"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.etrecord", "model.pte"]
+    with pytest.raises(OutputFailed) as failed:  # the first temp file is written when the second fails
+        write_all([(tmp_path / "model.pte", b"new program"), (tmp_path / "gone" / "model.etrecord", b"record")])
+    assert failed.value.path == tmp_path / "gone" / "model.etrecord" and failed.value.strerror is None
+    assert str(failed.value) == "No such file or directory"
+    assert (tmp_path / "model.pte").read_bytes() == b"old program"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.etrecord", "model.pte"]  # no temp file left
+    write_all([(tmp_path / "model.pte", b"new program"), (tmp_path / "record", b"record")])
+    assert (tmp_path / "model.pte").read_bytes() == b"new program" and (tmp_path / "record").read_bytes() == b"record"
