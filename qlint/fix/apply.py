@@ -436,8 +436,3 @@ def fix_program(
 
 
 NO_INPUTS = "cannot verify a fix without inputs: the program carries no sample inputs"
-
-
-def output_path(folder: Path, name: str, output_dir: Path | None) -> Path:
-    """`<name>.pte` next to the input, or in --output-dir."""
-    return (output_dir or folder) / f"{name}.pte"

@@ -119,6 +119,17 @@ def ensure_replaceable(path: Path) -> None:
         raise NotAFile(f"not a regular file ({file_kind(mode)}); qlint only creates or replaces regular files")
 
 
+def same_file(path: Path) -> tuple[object, ...]:
+    """What names the file a write to `path` replaces, however the path is spelled (`./x`, `a/../x`, a
+    symlink to it, a linked folder): the file itself when it exists, else the path with its links resolved.
+    Two outputs with one key would overwrite each other."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return ("path", os.path.realpath(path))
+    return ("file", info.st_dev, info.st_ino)
+
+
 @contextmanager
 def _interrupts_deferred() -> Iterator[None]:
     """Hold SIGINT while a temp file exists, then deliver it: an interrupted run leaves no temp file.

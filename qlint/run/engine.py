@@ -17,7 +17,7 @@ import functools
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ from qlint.io.reads import CONFIGURED, ReadError, first_line, printable, shown_p
 from qlint.records.results import InputError, Report
 from qlint.run.cache import Cache
 from qlint.settings.config import Config, RemedyName, Target
-from qlint.settings.options import RunOptions
+from qlint.settings.options import FixOptions, RunOptions
 
 if TYPE_CHECKING:
     from qlint.fix.apply import FixResult
@@ -178,9 +178,10 @@ def record_fix(report: Report, result: FixResult, artifact: str, destination: Pa
                                                       f"written: {type(exc).__name__}: {first_line(exc)}"))
             return
         try:  # the program and its record, or neither
+            destination.parent.mkdir(parents=True, exist_ok=True)  # a folder --output-dir mirrors
             write_all([(destination, result.pte), *([(record, recorded)] if recorded is not None else [])])
         except OSError as exc:
-            failed = exc.path if isinstance(exc, OutputFailed) else destination
+            failed = exc.path if isinstance(exc, OutputFailed) else destination.parent
             report.errors.append(InputError(artifact, f"cannot write {display(failed)}: {exc.strerror or exc}"))
             return
         result.summary.output = display(destination)
@@ -283,7 +284,7 @@ def _lint_pt2(path: Path, data: bytes, artifact: str, config: Config, options: R
     program = read_pt2(data, config.limits)
     with _profile_errors(options):
         measure = _through_etrecord(path, config, options) if options.profile is not None else None
-        _lint_or_fix(report, program, artifact, config, options, path.parent, path.stem, sample_inputs(program), [],
+        _lint_or_fix(report, program, artifact, config, options, Work(path=path), sample_inputs(program), [],
                      measure)
     return report
 
@@ -377,9 +378,7 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
                 return report
             assert options.fix is not None
             if not options.fix.dry_run:  # the build remediate chose is already fixed and verified
-                from qlint.fix.apply import output_path
-
-                destination = output_path(config.base, target.name, options.fix.output_dir)
+                destination = fix_destination(Work(target=target), config, options.fix)
                 _measured_fix(report, artifact, remediated.fixed, options)
                 record_fix(report, remediated.fixed, artifact, destination)
                 return report
@@ -395,7 +394,7 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
         cause = f"{type(exc).__name__}: {first_line(exc)}"
         report.errors.append(InputError(artifact, f"export/quantization failed: {cause}"))
         return report
-    _lint_or_fix(report, program, artifact, config, options, config.base, target.name, example, calibration or [])
+    _lint_or_fix(report, program, artifact, config, options, Work(target=target), example, calibration or [])
     return report
 
 
@@ -409,10 +408,10 @@ def target_remedies(target: Target, config: Config, options: RunOptions) -> tupl
 
 
 def _lint_or_fix(report: Report, program: Any, artifact: str, config: Config, options: RunOptions,
-                 folder: Path, stem: str, example: tuple[Any, ...] | None, extra: list[tuple[Any, ...]],
+                 work: Work, example: tuple[Any, ...] | None, extra: list[tuple[Any, ...]],
                  measured: Callable[..., Any] | None = None) -> None:
-    """The step files and targets share: lint a quantized program, or fix it into `<stem>.pte`
-    (`measured`: cycles a profile measured, `lint_program`'s `measure`)."""
+    """The step files and targets share: lint a quantized program, or fix it into its `.pte`
+    (`fix_destination`; `measured`: cycles a profile measured, `lint_program`'s `measure`)."""
     if options.fix is None:
         from qlint.graph.lint import lint_program
 
@@ -429,9 +428,9 @@ def _lint_or_fix(report: Report, program: Any, artifact: str, config: Config, op
                 figures.timed_by(linted.stats)
             report.figures.append(figures)
         return
-    from qlint.fix.apply import output_path, verification_inputs
+    from qlint.fix.apply import verification_inputs
 
-    destination = output_path(folder, stem, options.fix.output_dir)
+    destination = fix_destination(work, config, options.fix)
     fix_into(report, program, artifact, destination, verification_inputs(example, extra), config, options)
 
 
@@ -450,16 +449,60 @@ class Work:
         return f"target:{self.target.name}"
 
 
+def fix_destination(work: Work, config: Config, fix: FixOptions) -> Path:
+    """The `.pte` `--fix` writes for one unit (its `.etrecord` beside it): a file's by its path, a
+    config target's by its name (`FixOptions.output`)."""
+    if work.path is not None:
+        return fix.output(work.path.parent, work.path.stem, mirrored=True)
+    assert work.target is not None
+    return fix.output(config.base, work.target.name)
+
+
+def with_inputs_root(options: RunOptions, paths: list[Path]) -> RunOptions:
+    """`options` with the folder that `--output-dir` mirrors the inputs below: the deepest one that
+    holds every named path (a named folder holds itself)."""
+    if options.fix is None or options.fix.output_dir is None or not paths:
+        return options
+    folders = [os.path.abspath(p if os.path.isdir(p) else p.parent) for p in paths]
+    return replace(options, fix=replace(options.fix, inputs_root=os.path.commonpath(folders)))
+
+
+def _apart(work: list[Work], config: Config, fix: FixOptions, errors: list[InputError]) -> list[Work]:
+    """`work` without the units whose fixes would be written to one file: the last write would win,
+    silently. Each clash is one error and none of its units is fixed, since which one the file should
+    hold is not qlint's to guess. One input named twice is one."""
+    from qlint.io.writes import same_file
+
+    claims: dict[tuple[object, ...], dict[object, Work]] = {}
+    for unit in work:
+        identity = same_file(unit.path) if unit.path is not None else unit.name
+        claims.setdefault(same_file(fix_destination(unit, config, fix)), {}).setdefault(identity, unit)
+    refused: set[tuple[object, ...]] = set()
+    for key, units in claims.items():
+        first, *others = units.values()
+        if others:
+            errors.append(InputError(first.name, (
+                f"--fix would write {display(fix_destination(first, config, fix))} for "
+                f"{', '.join(o.name for o in others)} too: {'neither' if len(others) == 1 else 'none'} is fixed "
+                "(rename one, or fix them apart)")))
+            refused.add(key)
+    return [u for u in work if same_file(fix_destination(u, config, fix)) not in refused]
+
+
 def plan_work(
-    paths: list[Path], targets: list[Target], config: Config, shard: tuple[int, int] | None = None
+    paths: list[Path], targets: list[Target], config: Config, shard: tuple[int, int] | None = None,
+    fix: FixOptions | None = None,
 ) -> tuple[list[Work], list[InputError]]:
     """Every file and target, in a stable order; with `shard=(i, n)` only the i-th of n slices.
 
     Slices are taken round-robin over the names sorted, so any machine that sees
-    the same inputs computes the same partition.
+    the same inputs computes the same partition. With `fix`, units whose fixes would be written to
+    one file are refused before the slicing (`_apart`), so every shard refuses the same ones.
     """
     files, errors = collect(paths, config)
     work = [Work(path=p) for p in files] + [Work(target=t) for t in targets]
+    if fix is not None and not fix.dry_run:
+        work = _apart(work, config, fix, errors)
     if shard is not None:
         index, count = shard
         ordered = sorted(work, key=lambda w: w.name)
@@ -523,8 +566,8 @@ def run(
 
     from qlint.run.isolation import allow_children, stop_children
 
-    options = options or RunOptions()
-    work, errors = plan_work(paths, targets, config, shard)
+    options = with_inputs_root(options or RunOptions(), paths)
+    work, errors = plan_work(paths, targets, config, shard, options.fix)
     report = Report(errors=errors)
     keys = {id(w): entry(cache, config, options, target=w.target) for w in work if w.target is not None}
     answered = {id(w): hit for w in work

@@ -6,6 +6,7 @@ of them are part of the cache key: anything that can change a report is.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,18 @@ class FixOptions:
     output_dir: Path | None = None
     dry_run: bool = False   # --diff: plan and report the folds, write nothing
     unsafe_fixes: bool = False  # try every remedy on targets, not only the config's
+    inputs_root: str | None = None  # the folder the named inputs share (absolute): --output-dir mirrors below it
+
+    def output(self, folder: Path, name: str, *, mirrored: bool = False) -> Path:
+        """Where the `<name>.pte` of an input in `folder` goes: beside it, or into `--output-dir`, a file's
+        (`mirrored`) at its folder's path below `inputs_root`, so that `a/model.pt2` and `b/model.pt2`, or a
+        tree of `models/*/model.pt2`, keep apart; a config target's as `NAME.pte` (its name is unique)."""
+        if self.output_dir is None:
+            return folder / f"{name}.pte"
+        below = os.path.relpath(os.path.abspath(folder), self.inputs_root) if mirrored and self.inputs_root else "."
+        if below.split(os.sep)[0] == os.pardir:  # outside the root (no named input is): never outside the folder
+            below = "."
+        return self.output_dir / below / f"{name}.pte"
 
 
 @dataclass(frozen=True)

@@ -393,6 +393,25 @@ def test_a_fixed_program_is_not_written_through_a_symlink(
     assert files(tmp_path) == sorted(["attention.pt2", planted, "victim"])
 
 
+def test_fixes_of_inputs_with_one_name_keep_their_paths_in_the_output_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`qlint fix --output-dir out a/model.pt2 b/model.pt2` (or `models/`, a tree of `*/model.pt2`):
+    each fix goes to its input's path below the inputs' common folder, none over another's, however
+    the input is named (relative, absolute)."""
+    monkeypatch.chdir(tmp_path)
+    for folder in ("a", "b"):
+        (tmp_path / "models" / folder).mkdir(parents=True)
+        (tmp_path / "models" / folder / "attention.pt2").write_bytes(EXAMPLE.read_bytes())
+    code, out, err = run_cli(["fix", "--no-cache", "--output-dir", "out", "models/a/attention.pt2",
+                              str(tmp_path / "models" / "b" / "attention.pt2")], capsys)
+    assert (code, err) == (0, "")
+    assert files(tmp_path / "out") == ["a/attention.etrecord", "a/attention.pte", "b/attention.etrecord",
+                                       "b/attention.pte"]
+    assert "models/a/attention.pt2: fixed -> out/a/attention.pte" in out
+    assert "models/b/attention.pt2: fixed -> out/b/attention.pte" in out
+
+
 # -- Model Explorer overlay names ---------------------------------------------------------------
 
 

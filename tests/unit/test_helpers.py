@@ -11,8 +11,9 @@ from qlint.io.archive import read_zip, validate_program_json, write_zip
 from qlint.io.limits import Limits
 from qlint.io.reads import ReadError, printable
 from qlint.records.source import _is_framework, user_frame
-from qlint.run.engine import plan_work
+from qlint.run.engine import fix_destination, plan_work, with_inputs_root
 from qlint.settings.config import Config, Target
+from qlint.settings.options import FixOptions, RunOptions
 
 LIMITS = Limits(file_mb=1, entry_mb=1, tensor_mb=1)
 
@@ -47,6 +48,51 @@ def test_plan_work_shards_partition_by_name(tmp_path: Path) -> None:
     names = sorted(w.name for shard in shards for w in shard)
     assert names == sorted(w.name for w in everything)
     assert not {w.name for w in shards[0]} & {w.name for w in shards[1]}
+
+
+def fix_plan(paths: list[Path], targets: tuple[Target, ...] = (), output_dir: str | None = "out",
+             ) -> tuple[list[str], list[str]]:
+    """Where `--fix` writes each unit `plan_work` keeps, and its errors."""
+    options = with_inputs_root(RunOptions(fix=FixOptions(output_dir=Path(output_dir) if output_dir else None)), paths)
+    assert options.fix is not None
+    work, errors = plan_work(paths, list(targets), Config(), None, options.fix)
+    return [fix_destination(w, Config(), options.fix).as_posix() for w in work], [str(e) for e in errors]
+
+
+@pytest.fixture
+def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tree of inputs that share one name, and the current directory at its top."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("a/model.pt2", "b/model.pt2", "models/x/model.pt2", "models/y/model.pt2", "model.pt2"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    return tmp_path
+
+
+def test_output_dir_keeps_each_inputs_path_below_the_inputs_common_folder(models: Path) -> None:
+    assert fix_plan([Path("a/model.pt2"), Path("b/model.pt2")]) == (["out/a/model.pte", "out/b/model.pte"], [])
+    assert fix_plan([models / "a/model.pt2", Path("b/model.pt2")]) == (["out/a/model.pte", "out/b/model.pte"], [])
+    assert fix_plan([Path("models")]) == (["out/x/model.pte", "out/y/model.pte"], [])
+    assert fix_plan([Path("models/x/model.pt2")]) == (["out/model.pte"], [])  # one input: its name in the folder
+    assert fix_plan([Path("a/model.pt2"), Path("b/model.pt2")], output_dir=None) == (
+        ["a/model.pte", "b/model.pte"], [])
+
+
+def test_fixes_that_would_write_one_file_are_refused_together(models: Path) -> None:
+    target = (Target(name="model", factory="m:f"),)
+    clash = "--fix would write {} for {} too: neither is fixed (rename one, or fix them apart)"
+    # a config target's NAME.pte beside the config, or in --output-dir, is an input's fix too
+    assert fix_plan([Path("model.pt2")], target, output_dir=None) == (
+        [], ["model.pt2: " + clash.format("model.pte", "target:model")])
+    assert fix_plan([Path("model.pt2"), Path("a")], target) == (
+        ["out/a/model.pte"], ["model.pt2: " + clash.format("out/model.pte", "target:model")])
+    # two output folders that are one
+    (models / "out").mkdir()
+    (models / "out" / "b").symlink_to("a")
+    assert fix_plan([Path("a/model.pt2"), Path("b/model.pt2")]) == (
+        [], ["a/model.pt2: " + clash.format("out/a/model.pte", "b/model.pt2")])
+    # one input named twice is one input
+    assert fix_plan([Path("a/model.pt2"), models / "a" / "model.pt2"]) == (["out/model.pte", "out/model.pte"], [])
 
 
 def test_read_zip_refuses_duplicates_and_inflation() -> None:
