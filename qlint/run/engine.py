@@ -16,7 +16,7 @@ import fnmatch
 import functools
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -467,10 +467,12 @@ def with_inputs_root(options: RunOptions, paths: list[Path]) -> RunOptions:
     return replace(options, fix=replace(options.fix, inputs_root=os.path.commonpath(folders)))
 
 
-def _apart(work: list[Work], config: Config, fix: FixOptions, errors: list[InputError]) -> list[Work]:
-    """`work` without the units whose fixes would be written to one file: the last write would win,
-    silently. Each clash is one error and none of its units is fixed, since which one the file should
-    hold is not qlint's to guess. One input named twice is one."""
+def _apart(work: list[Work], config: Config, fix: FixOptions, errors: list[InputError],
+           taken: Mapping[tuple[object, ...], str]) -> list[Work]:
+    """`work` without the units whose fix would be written to a file that another unit's fix, or
+    another output of the run, writes too (`taken`: the `same_file` key of each and the option that
+    names it): the last write would win, silently. Each clash is one error and none of its units is
+    fixed, since which one the file should hold is not qlint's to guess. One input named twice is one."""
     from qlint.io.writes import same_file
 
     claims: dict[tuple[object, ...], dict[object, Work]] = {}
@@ -480,29 +482,36 @@ def _apart(work: list[Work], config: Config, fix: FixOptions, errors: list[Input
     refused: set[tuple[object, ...]] = set()
     for key, units in claims.items():
         first, *others = units.values()
+        pte = fix_destination(first, config, fix)
         if others:
-            errors.append(InputError(first.name, (
-                f"--fix would write {display(fix_destination(first, config, fix))} for "
-                f"{', '.join(o.name for o in others)} too: {'neither' if len(others) == 1 else 'none'} is fixed "
-                "(rename one, or fix them apart)")))
-            refused.add(key)
+            problem = (f"--fix would write {display(pte)} for {', '.join(o.name for o in others)} too: "
+                       f"{'neither' if len(others) == 1 else 'none'} is fixed (rename one, or fix them apart)")
+        else:
+            named = [f"{display(p)}, which {taken[k]} names too" for p in (pte, pte.with_suffix(ETRECORD_SUFFIX))
+                     if (k := same_file(p)) in taken]
+            if not named:
+                continue
+            problem = f"--fix would write {named[0]}: not fixed (give that output another path)"
+        errors.append(InputError(first.name, problem))
+        refused.add(key)
     return [u for u in work if same_file(fix_destination(u, config, fix)) not in refused]
 
 
 def plan_work(
     paths: list[Path], targets: list[Target], config: Config, shard: tuple[int, int] | None = None,
-    fix: FixOptions | None = None,
+    fix: FixOptions | None = None, taken: Mapping[tuple[object, ...], str] | None = None,
 ) -> tuple[list[Work], list[InputError]]:
     """Every file and target, in a stable order; with `shard=(i, n)` only the i-th of n slices.
 
     Slices are taken round-robin over the names sorted, so any machine that sees
     the same inputs computes the same partition. With `fix`, units whose fixes would be written to
-    one file are refused before the slicing (`_apart`), so every shard refuses the same ones.
+    one file, or to one of the run's other outputs (`taken`), are refused before the slicing
+    (`_apart`), so every shard refuses the same ones.
     """
     files, errors = collect(paths, config)
     work = [Work(path=p) for p in files] + [Work(target=t) for t in targets]
     if fix is not None and not fix.dry_run:
-        work = _apart(work, config, fix, errors)
+        work = _apart(work, config, fix, errors, taken or {})
     if shard is not None:
         index, count = shard
         ordered = sorted(work, key=lambda w: w.name)
@@ -554,9 +563,11 @@ def run(
     shard: tuple[int, int] | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     base: dict[str, dict[str, Any]] | None = None,
+    taken: Mapping[tuple[object, ...], str] | None = None,
 ) -> Report:
     """Lint (or fix) everything, reported in the serial order, then run the rules over the measured
-    figures (QL009, its growth limits against `base`, a base run's metrics).
+    figures (QL009, its growth limits against `base`, a base run's metrics). `taken`: the files the
+    run's other outputs write (`plan_work`), which no fix may be written to.
 
     Targets and `.pte` files always run in a child process (`qlint.run.isolation`);
     with `jobs > 1` so does every artifact, `workers(jobs, ...)` at a time. A child that exits,
@@ -567,7 +578,7 @@ def run(
     from qlint.run.isolation import allow_children, stop_children
 
     options = with_inputs_root(options or RunOptions(), paths)
-    work, errors = plan_work(paths, targets, config, shard, options.fix)
+    work, errors = plan_work(paths, targets, config, shard, options.fix, taken)
     report = Report(errors=errors)
     keys = {id(w): entry(cache, config, options, target=w.target) for w in work if w.target is not None}
     answered = {id(w): hit for w in work

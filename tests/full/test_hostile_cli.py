@@ -412,6 +412,19 @@ def test_fixes_of_inputs_with_one_name_keep_their_paths_in_the_output_dir(
     assert "models/b/attention.pt2: fixed -> out/b/attention.pte" in out
 
 
+def test_a_fix_is_not_written_where_another_output_goes(
+    tmp_path: Path, artifact: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--write json:model.pte` with `--fix` would replace the fixed program with the report: the fix is refused."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["fix", "--no-cache", artifact.name, "--write", "json:./attention.pte"], capsys)
+    assert (code, err.splitlines()) == (2, [
+        "qlint: error: attention.pt2: --fix would write attention.pte, which --write json:attention.pte names too: "
+        "not fixed (give that output another path)"])
+    assert files(tmp_path) == ["attention.pt2", "attention.pte"]
+    assert json.loads((tmp_path / "attention.pte").read_text())["errors"][0]["artifact"] == "attention.pt2"
+
+
 # -- Model Explorer overlay names ---------------------------------------------------------------
 
 

@@ -88,6 +88,29 @@ def test_usage_errors_are_one_line_and_a_hint(args: list[str], lines: list[str],
     assert result.stderr.splitlines() == [f"qlint: error: {lines[0]}", *lines[1:]]
 
 
+@pytest.mark.parametrize(("writes", "named"), [
+    (["--write", "metrics:X.json", "--write", "profile-comparison:./X.json"],
+     "--write metrics:X.json and --write profile-comparison:X.json"),
+    (["--write", "json:X.json", "--write", "json:X.json"], "--write json:X.json and --write json:X.json"),
+    (["--write", "sarif:X.json", "--write", "json:gone/../X.json"],
+     "--write sarif:X.json and --write json:gone/../X.json"),
+    (["--write", "json:X.json", "--write", "sarif:here/X.json"], "--write json:X.json and --write sarif:here/X.json"),
+    (["--write", "json:X.json", "--write", "sarif:link.json"], "--write json:X.json and --write sarif:link.json"),
+    (["--write-baseline", "X.json", "--write", "json:X.json"], "--write json:X.json and --write-baseline X.json"),
+])
+def test_two_outputs_on_one_file_are_refused_before_anything_runs(writes: list[str], named: str,
+                                                                   tmp_path: Path) -> None:
+    """However the path is spelled (`./X`, `gone/../X`, through a linked folder, a link to it), the last
+    write would replace the other silently: one usage error, before the (missing) input is read."""
+    (tmp_path / "here").symlink_to(".")
+    (tmp_path / "link.json").symlink_to("X.json")
+    result = qlint(["check", "missing.pte", "--profile", "run.etdump", *writes], tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [f"qlint: error: {named} name one file: give each output its own path",
+                                          CHECK_HELP]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here", "link.json"]
+
+
 @pytest.mark.parametrize("prefix", [["check"], []])
 def test_every_argument_after_a_double_dash_is_a_path(prefix: list[str], tmp_path: Path) -> None:
     """Folders named like options (a glob in CI may pass them) are paths after `--`, options and

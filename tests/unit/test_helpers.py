@@ -51,11 +51,11 @@ def test_plan_work_shards_partition_by_name(tmp_path: Path) -> None:
 
 
 def fix_plan(paths: list[Path], targets: tuple[Target, ...] = (), output_dir: str | None = "out",
-             ) -> tuple[list[str], list[str]]:
+             taken: dict[tuple[object, ...], str] | None = None) -> tuple[list[str], list[str]]:
     """Where `--fix` writes each unit `plan_work` keeps, and its errors."""
     options = with_inputs_root(RunOptions(fix=FixOptions(output_dir=Path(output_dir) if output_dir else None)), paths)
     assert options.fix is not None
-    work, errors = plan_work(paths, list(targets), Config(), None, options.fix)
+    work, errors = plan_work(paths, list(targets), Config(), None, options.fix, taken)
     return [fix_destination(w, Config(), options.fix).as_posix() for w in work], [str(e) for e in errors]
 
 
@@ -79,6 +79,8 @@ def test_output_dir_keeps_each_inputs_path_below_the_inputs_common_folder(models
 
 
 def test_fixes_that_would_write_one_file_are_refused_together(models: Path) -> None:
+    from qlint.io.writes import same_file
+
     target = (Target(name="model", factory="m:f"),)
     clash = "--fix would write {} for {} too: neither is fixed (rename one, or fix them apart)"
     # a config target's NAME.pte beside the config, or in --output-dir, is an input's fix too
@@ -93,6 +95,11 @@ def test_fixes_that_would_write_one_file_are_refused_together(models: Path) -> N
         [], ["a/model.pt2: " + clash.format("out/a/model.pte", "b/model.pt2")])
     # one input named twice is one input
     assert fix_plan([Path("a/model.pt2"), models / "a" / "model.pt2"]) == (["out/model.pte", "out/model.pte"], [])
+    # a file another output of the run writes
+    taken = {same_file(Path("a/model.etrecord")): "--write json:a/model.etrecord"}
+    assert fix_plan([Path("a/model.pt2"), Path("b/model.pt2")], output_dir=None, taken=taken) == (
+        ["b/model.pte"], ["a/model.pt2: --fix would write a/model.etrecord, which --write json:a/model.etrecord "
+                          "names too: not fixed (give that output another path)"])
 
 
 def test_read_zip_refuses_duplicates_and_inflation() -> None:

@@ -94,7 +94,30 @@ def _option_error(args: argparse.Namespace) -> str | None:
         return "--etrecord maps a --profile to the .pt2 it was fixed from: give one .pt2 and --profile"
     if args.profile is None and any(kind == "profile-comparison" for kind, _ in args.write):
         return "--write profile-comparison: needs --profile"
+    return _shared_output(args)
+
+
+def _shared_output(args: argparse.Namespace) -> str | None:
+    """Two outputs named to one file (however spelled: `./x`, a link to it): the last written would
+    replace the other silently, so the run is refused before it starts. (A fix written to one of
+    them is refused by the engine, which knows where each fix goes.)"""
+    from qlint.io.writes import same_file
+
+    claimed: dict[tuple[object, ...], str] = {}
+    for option, path in _outputs(args):
+        key = same_file(path)
+        if key in claimed:
+            return f"{claimed[key]} and {option} name one file: give each output its own path"
+        claimed[key] = option
     return None
+
+
+def _outputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """Every file the options name to be written, with the option that names it (`--fix`'s aside)."""
+    outputs = [(f"--write {fmt}:{path}", path) for fmt, path in args.write]
+    if args.write_baseline is not None:
+        outputs.append((f"--write-baseline {args.write_baseline}", args.write_baseline))
+    return outputs
 
 
 def _config(args: argparse.Namespace) -> Config | None:
@@ -175,8 +198,15 @@ def _run_engine(args: argparse.Namespace, config: Config, options: RunOptions, p
         _say_static_scope()
     return engine.run(
         paths, targets, config, options, cache, jobs=args.jobs, shard=args.shard, progress=_progress_bar(args),
-        base=base,
+        base=base, taken=_taken(args),
     )
+
+
+def _taken(args: argparse.Namespace) -> dict[tuple[object, ...], str]:
+    """The files the run's other outputs write, which no fix may be written to (`engine.plan_work`)."""
+    from qlint.io.writes import same_file
+
+    return {same_file(path): option for option, path in _outputs(args)}
 
 
 def _say_static_scope() -> None:
