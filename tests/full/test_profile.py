@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -299,7 +300,7 @@ def test_hostile_profiles_are_refused_before_they_are_decoded(
     pte, honest, _ = plain_profile
     data = honest.read_bytes()
     cases = {
-        "bomb": (_shared_event_bomb(200_001), "holds over 200000 events, tables and values "
+        "bomb": (_shared_event_bomb(200_001), "holds over 200000 runs and events "
                                               "(limits.profile_entries in .qlint.yaml)"),
         "truncated": (data[:-9], "its size prefix is not its length"),
         "not an etdump": (b"\x10\x00\x00\x00" + b"\x08\x00\x00\x00ET12" + bytes(8), "not an ETDump: no size-prefixed"),
@@ -316,8 +317,69 @@ def test_hostile_profiles_are_refused_before_they_are_decoded(
     profile.write_bytes(small)
     config = tmp_path / ".qlint.yaml"
     config.write_text("limits: {profile_entries: 40}\n")
-    assert "holds over 40 events" in _refused(["check", "--config", str(config), str(pte), "--profile", str(profile)],
-                                              capsys)
+    assert "holds over 40 runs and events" in _refused(
+        ["check", "--config", str(config), str(pte), "--profile", str(profile)], capsys)
+
+
+def _fat_event_bomb(count: int, fat: int = 330) -> bytes:
+    """A valid ETDump whose one run lists `count` times one event whose strings are `fat` control
+    characters each: every character six bytes of JSON (`\\u0001`), every reference decoded anew."""
+    import flatbuffers
+
+    builder = flatbuffers.Builder(1024)
+    text = "\x01" * fat
+    name, block = builder.CreateString("Method::execute"), builder.CreateString("Execute")
+    strings = [builder.CreateString(text) for _ in range(3)]
+    builder.StartObject(8)  # ProfileEvent, not an instruction's: chain -1
+    builder.PrependUOffsetTRelativeSlot(0, name, 0)
+    builder.PrependInt32Slot(1, -1, 0)
+    builder.PrependUOffsetTRelativeSlot(4, strings[0], 0)
+    profile = builder.EndObject()
+    builder.StartObject(6)  # DebugEvent
+    builder.PrependUOffsetTRelativeSlot(4, strings[1], 0)
+    builder.PrependUOffsetTRelativeSlot(5, strings[2], 0)
+    debug = builder.EndObject()
+    builder.StartObject(3)  # Event
+    builder.PrependUOffsetTRelativeSlot(0, profile, 0)
+    builder.PrependUOffsetTRelativeSlot(2, debug, 0)
+    event = builder.EndObject()
+    builder.StartVector(4, count, 4)
+    for _ in range(count):
+        builder.PrependUOffsetTRelative(event)
+    events = builder.EndVector()
+    builder.StartObject(4)  # RunData
+    builder.PrependUOffsetTRelativeSlot(0, block, 0)
+    builder.PrependUOffsetTRelativeSlot(3, events, 0)
+    run = builder.EndObject()
+    builder.StartVector(4, 1, 4)
+    builder.PrependUOffsetTRelative(run)
+    runs = builder.EndVector()
+    builder.StartObject(2)  # ETDump
+    builder.PrependUOffsetTRelativeSlot(1, runs, 0)
+    root = builder.EndObject()
+    builder.FinishSizePrefixed(root, file_identifier=b"ED00")
+    return bytes(builder.Output())
+
+
+def test_a_profile_costs_its_events_not_what_its_strings_decode_to(
+        plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An 800 KB ETDump listing one event with strings of control characters 199,900 times decoded, as
+    JSON, to gigabytes (208 s, 2.2 GiB): it is read in about a second, each event's name only."""
+    from qlint.graph.profile import ProfileError, read_profile
+    from qlint.io.limits import Limits
+
+    pte = plain_profile[0]
+    data = _fat_event_bomb(199_900)
+    assert 790_000 < len(data) < 810_000
+    started = time.perf_counter()
+    with pytest.raises(ProfileError, match=r"^no instruction events \(OPERATOR_CALL\)"):
+        read_profile(data, Limits())
+    assert time.perf_counter() - started < 10
+    profile = tmp_path / "fat.etdump"
+    profile.write_bytes(data)
+    assert _refused(["check", str(pte), "--profile", str(profile)], capsys) == (
+        f"qlint: error: {pte}: profile {profile}: no instruction events (OPERATOR_CALL): "
+        "record it with the runner's event tracer on")
 
 
 def test_profile_needs_one_pte(plain_profile: tuple[Path, Path, list[str]], pt2_dir: Callable[[str], Path],
