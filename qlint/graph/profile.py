@@ -31,11 +31,12 @@ from qlint.graph.cost import OpCost, ProgramCost
 from qlint.graph.view import GraphView, base_name, op_name
 from qlint.io.limits import Limits
 from qlint.io.reads import ReadError
+from qlint.settings.sizes import MAX_AMOUNT
 
 # The event each instruction kind records (`Method::execute_instruction`): what the plan must hold there.
 INSTRUCTION_EVENTS = {"OPERATOR_CALL": "KernelCall", "MOVE_CALL": "MoveCall", "FREE_CALL": "FreeCall"}
 # The DWT/PMU cycle counter a Cortex-M runner reads is 32 bits wide: an event that spans its wrap
-# ends at a smaller count than it started.
+# ends at a smaller count than it started, and no event can measure 2**32 cycles or more.
 COUNTER_WRAP = 1 << 32
 NAME_SHOWN = 60  # the characters of an event's name an error shows
 
@@ -75,6 +76,9 @@ def read_profile(data: bytes, limits: Limits) -> Profile:
             if name != kinds[i]:
                 raise ProfileMismatch(f"run {number} records {name} at instruction {i}, run 1 {kinds[i]}")
     cycles = {i: int(statistics.median_low(run[i][1] for run in runs)) for i in sorted(first)}
+    if sum(cycles.values()) > MAX_AMOUNT:
+        raise ProfileError(f"its instructions measure {sum(cycles.values()):,} cycles together, over 2**53: "
+                           "no figure compares exactly past it")
     return Profile(len(runs), kinds, cycles)
 
 
@@ -94,16 +98,24 @@ def _run(number: int, events: Iterable[_Event]) -> dict[int, tuple[str, int]]:
             raise ProfileMismatch(f"run {number} records {name} at instruction {index}, which is no instruction")
         if index in found:
             raise ProfileMismatch(f"run {number} records instruction {index} twice")
-        found[index] = (name, _elapsed(event.start, event.end))
+        found[index] = (name, _elapsed(number, index, event.start, event.end))
     return found
 
 
-def _elapsed(start: int, end: int) -> int:
+def _elapsed(number: int, index: int, start: int, end: int) -> int:
+    """The cycles from `start` to `end` of a 32-bit counter, across one wrap; more than it can count
+    (from a port whose ticks are wider, or a forged file) is refused, not carried into every figure."""
     if end >= start:
-        return end - start
-    if start >= COUNTER_WRAP:
-        raise ProfileError(f"an event ends ({end}) before it starts ({start}) and is not a 32-bit counter's wrap")
-    return end + COUNTER_WRAP - start
+        elapsed = end - start
+    elif start >= COUNTER_WRAP:
+        raise ProfileError(f"run {number}'s event on instruction {index} ends ({end}) before it starts ({start}) "
+                           "and is not a 32-bit counter's wrap")
+    else:
+        elapsed = end + COUNTER_WRAP - start
+    if elapsed >= COUNTER_WRAP:
+        raise ProfileError(f"run {number}'s event on instruction {index} spans {elapsed:,} cycles: a 32-bit "
+                           f"cycle counter measures at most {COUNTER_WRAP - 1:,}")
+    return elapsed
 
 
 def measured_cost(view: GraphView, steps: list[str], profile: Profile, plan: str,

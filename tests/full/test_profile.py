@@ -263,6 +263,38 @@ def test_a_profile_of_another_program_is_refused_in_one_line(
         assert said in line and line.startswith(f"qlint: error: {pte}: profile {profile}"), (case, line)
 
 
+def test_an_event_longer_than_a_32_bit_counter_measures_is_refused_as_it_is_read(
+        plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An op measured at 2**63 cycles once crashed the time plot (OverflowError) and wrote metrics
+    `--compare` refuses: the profile is refused as it is read, so no figure carries it."""
+    pte, _, kinds = plain_profile
+    plot = tmp_path / "time.svg"
+    for took in (2**63, 2**32):
+        profile = tmp_path / f"{took}.etdump"
+        profile.write_bytes(etdump(runs_of(kinds, lambda run, index, took=took: took if index == 3 else 100, 1)))
+        code, _, err = run_cli(["check", str(pte), "--profile", str(profile), "--write", f"time-plot:{plot}"], capsys)
+        assert code == 2 and "Traceback" not in err and "internal error" not in err, err
+        assert err.splitlines()[0] == (f"qlint: error: {pte}: profile {profile}: run 1's event on instruction 3 "
+                                       f"spans {took:,} cycles: a 32-bit cycle counter measures at most 4,294,967,295")
+        assert not plot.exists()
+
+
+def test_a_profile_whose_cycles_sum_past_what_figures_hold_exactly_is_refused(
+        plain_profile: tuple[Path, Path, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each event is under 2**32 cycles, so only a profile of over 2**21 instructions (a raised
+    `profile_entries`) sums past 2**53: the bound lowered here to reach it with a small one."""
+    from qlint.graph import profile as module
+    from qlint.io.limits import Limits
+
+    _, profile, kinds = plain_profile
+    total = sum(100 * (i + 1) for i in range(len(kinds)))
+    monkeypatch.setattr(module, "MAX_AMOUNT", total - 1)
+    with pytest.raises(module.ProfileError) as refused:
+        module.read_profile(profile.read_bytes(), Limits())
+    assert str(refused.value) == (f"its instructions measure {total:,} cycles together, over 2**53: "
+                                  "no figure compares exactly past it")
+
+
 def _shared_event_bomb(count: int) -> bytes:
     """A valid ETDump flatbuffer whose one run lists the same event table `count` times: a few bytes an
     event in the file, a few hundred each once decoded."""
