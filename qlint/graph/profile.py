@@ -190,11 +190,25 @@ def read_etrecord(data: bytes, limits: Limits) -> Record:
     handles = {}
     for key, value in mapped.items():
         listed = value if isinstance(value, list) else [value]
-        if not key.isdigit() or not listed or not all(type(h) is int and h >= 0 for h in listed):
+        index = _index(key)
+        if index is None or not listed or not all(type(h) is int and 0 <= h <= MAX_INDEX for h in listed):
             raise ProfileError(f"not a valid ETRecord: debug_handle_map entry {key[:20]!r} is not "
                                "an instruction's debug handles")
-        handles[int(key)] = tuple(listed)
+        handles[index] = tuple(listed)
     return Record(handles, _handle_ops(graph))
+
+
+# The largest instruction index or debug handle read: ExecuTorch records both as 32-bit ints.
+MAX_INDEX = (1 << 31) - 1
+
+
+def _index(text: object) -> int | None:
+    """An instruction index or debug handle written as a string of ASCII digits, None for anything
+    else (`str.isdigit` takes `²`, which `int` refuses; a long one is past any plan)."""
+    if not isinstance(text, str) or not text.isascii() or not text.isdigit() or len(text) > 10:
+        return None
+    value = int(text)
+    return value if value <= MAX_INDEX else None
 
 
 def _handle_ops(graph: object) -> dict[int, frozenset[str]]:
@@ -203,8 +217,9 @@ def _handle_ops(graph: object) -> dict[int, frozenset[str]]:
     found: dict[int, set[str]] = {}
     for node in _listed(graph, "graph_module", "graph", "nodes"):
         handle, target = _mapping(_mapping(node).get("metadata")).get("debug_handle"), _mapping(node).get("target")
-        if isinstance(handle, str) and handle.isdigit() and isinstance(target, str):
-            found.setdefault(int(handle), set()).add(base_name(target.removeprefix(EDGE_OPS)))
+        index = _index(handle)
+        if index is not None and isinstance(target, str):
+            found.setdefault(index, set()).add(base_name(target.removeprefix(EDGE_OPS)))
     return {h: frozenset(ops) for h, ops in found.items()}
 
 

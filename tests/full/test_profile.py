@@ -12,12 +12,13 @@ import json
 import struct
 import subprocess
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, run_json
+from conftest import main_json, run_cli, run_json
 
 KINDS = {"KernelCall": "OPERATOR_CALL", "MoveCall": "MOVE_CALL", "FreeCall": "FREE_CALL"}
 Cycles = Callable[[int, int], int]  # (run, instruction) -> cycles
@@ -126,7 +127,7 @@ def test_fix_writes_an_etrecord_that_ties_a_profile_to_the_program(
     code, data = run_json(["check", str(source), "--profile", str(profile), "--etrecord", str(record)], capsys)
     [stats] = data["artifacts"]
     assert code == 1 and stats["cycles"] == sum(medians) and stats["measured_runs"] == 3
-    handles = json.loads(__import__("zipfile").ZipFile(record).read("debug_handle_map"))["forward"]
+    handles = json.loads(zipfile.ZipFile(record).read("debug_handle_map"))["forward"]
     matmuls = [c for c in stats["costliest"] if c["what"].startswith("quantized_batch_matmul")]
     assert sorted(c["amount"] for c in matmuls) == sorted(
         1_090 + 37 * int(i) for i in handles if kinds[int(i)] == "KernelCall" and int(i) in (5, 9))
@@ -146,8 +147,6 @@ def test_fix_writes_an_etrecord_that_ties_a_profile_to_the_program(
     assert f"profile {profile}: ETRecord {profile}: not an ETRecord: not a zip archive" in _refused(
         ["check", str(source), "--profile", str(profile), "--etrecord", str(profile)], capsys)
     # An edge program that is not the shape torch writes names no operators: read as absent, never a traceback.
-    import zipfile
-
     odd = tmp_path / "odd.etrecord"
     with zipfile.ZipFile(record) as given, zipfile.ZipFile(odd, "w") as written:
         for name in given.namelist():
@@ -261,6 +260,74 @@ def test_a_profile_of_another_program_is_refused_in_one_line(
         profile.write_bytes(etdump(runs))
         line = _refused(["check", str(pte), "--profile", str(profile)], capsys)
         assert said in line and line.startswith(f"qlint: error: {pte}: profile {profile}"), (case, line)
+
+
+@pytest.fixture(scope="module")
+def fixed_attention(pt2_dir: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
+                    ) -> tuple[Path, Path, Path]:
+    """The attention example's `.pt2`, and the `.pte` and ETRecord `--fix` wrote from it."""
+    folder = tmp_path_factory.mktemp("fixed")
+    source = pt2_dir("make_attention")
+    code, _ = main_json(["check", "--fix", "--no-cache", "--output-dir", str(folder), str(source)])
+    assert code == 0
+    return source, folder / "attention.pte", folder / "attention.etrecord"
+
+
+def _etrecord_beside(record: Path, folder: Path, replaced: dict[str, bytes], pte: Path | None) -> Path:
+    """A copy of the ETRecord `record` in `folder` with the entries `replaced`, and `pte` copied beside it."""
+    folder.mkdir()
+    copy = folder / record.name
+    with zipfile.ZipFile(record) as given, zipfile.ZipFile(copy, "w") as written:
+        for name in given.namelist():
+            written.writestr(name, replaced.get(name, given.read(name)))
+    if pte is not None:
+        (folder / pte.name).write_bytes(pte.read_bytes())
+    return copy
+
+
+def test_etrecord_keys_that_are_no_instruction_index_are_refused_in_one_line(
+        fixed_attention: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`str.isdigit` takes `²`, which `int` refuses, and Python's int conversion refuses 5,000 digits:
+    a `debug_handle_map` key or handle that is no instruction index is one line, never an internal error."""
+    source, pte, record = fixed_attention
+    profile = tmp_path / "run.etdump"
+    profile.write_bytes(etdump(runs_of(instructions(pte), varied, 1)))
+    cases = {
+        "a superscript key": (b'{"forward": {"\\u00b2": 1}}', "debug_handle_map entry '\u00b2' is not an "
+                              "instruction's debug handles"),
+        "a 5,000-digit key": (b'{"forward": {"' + b"1" * 5000 + b'": 1}}',
+                              f"debug_handle_map entry {'1' * 20!r} is not an instruction's debug handles"),
+        "a 5,000-digit handle": (b'{"forward": {"0": ' + b"1" * 5000 + b"}}",
+                                 "its debug_handle_map or edge program is not JSON"),
+    }
+    for case, (mapped, said) in cases.items():
+        copy = _etrecord_beside(record, tmp_path / case.replace(" ", "_"), {"debug_handle_map": mapped}, pte)
+        line = _refused(["check", str(source), "--profile", str(profile), "--etrecord", str(copy)], capsys)
+        assert line == f"qlint: error: {source}: profile {profile}: ETRecord {copy}: not a valid ETRecord: {said}", case
+
+
+def test_an_edge_program_debug_handle_that_is_no_index_is_read_as_absent(
+        fixed_attention: tuple[Path, Path, Path]) -> None:
+    """`str.isdigit` takes `²` and `int` refuses it; Python's int conversion refuses 5,000 digits: either,
+    as a node's debug handle in the edge program, names no handle (never an internal error)."""
+    from qlint.graph.profile import read_etrecord
+    from qlint.io.limits import Limits
+
+    _, _, record = fixed_attention
+    entry = "edge_dialect_exported_program/forward"
+    graph = json.loads(zipfile.ZipFile(record).read(entry))
+    nodes = graph["graph_module"]["graph"]["nodes"]
+    first = next(n for n in nodes if n.get("metadata", {}).get("debug_handle") == "1")
+    honest = read_etrecord(record.read_bytes(), Limits())
+    for odd in ("\u00b2", "1" * 5000):
+        first["metadata"]["debug_handle"] = odd
+        written = Path(str(record) + ".odd")
+        with zipfile.ZipFile(record) as given, zipfile.ZipFile(written, "w") as copy:
+            for name in given.namelist():
+                copy.writestr(name, json.dumps(graph).encode() if name == entry else given.read(name))
+        read = read_etrecord(written.read_bytes(), Limits())
+        assert read.handles == honest.handles
+        assert read.ops == {h: ops for h, ops in honest.ops.items() if h != 1}, odd
 
 
 def test_an_event_longer_than_a_32_bit_counter_measures_is_refused_as_it_is_read(
