@@ -8,7 +8,8 @@ Cortex-M port that counts cycles, which is how qlint reads them). So an
 event maps to exactly one instruction of the `.pte` the profile was recorded from, and a profile
 of another program shows as an event on an instruction the plan does not have or has of another
 kind, or a kernel call without its event: each refused in one line (`ProfileMismatch`), never a
-partial mapping.
+partial mapping. Both ways in hold a profile to the instructions of that `.pte` (`check_profile`):
+the `.pte` checked, or the one `--fix` wrote beside the ETRecord that maps it to a `.pt2`.
 
 The file is untrusted. It is read by ExecuTorch's schema (`etdump_schema_flatcc.fbs`) straight from
 the flatbuffer, and only what qlint uses: each run's profile events' name, chain, instruction and
@@ -118,25 +119,35 @@ def _elapsed(number: int, index: int, start: int, end: int) -> int:
     return elapsed
 
 
+def check_profile(profile: Profile, steps: list[str], program: str = "the program") -> None:
+    """Refuse a profile that is not of `program`, whose instructions are `steps` (an operator name for
+    a kernel call, else the instruction's kind, as `pte.plan_steps` reads them): an event on an
+    instruction the plan does not have or has of another kind, or a kernel call without its event."""
+    for index, name in sorted(profile.kinds.items()):
+        if index >= len(steps):
+            raise ProfileMismatch(f"instruction {index} is past the {len(steps)} instructions of {program}")
+        kind = _kind(steps[index])
+        if INSTRUCTION_EVENTS[name] != kind:
+            what = steps[index] if kind == "KernelCall" else f"a {kind}"
+            raise ProfileMismatch(f"instruction {index} is {what} in {program}; the profile records {name} there")
+    for index, step in enumerate(steps):
+        if _kind(step) == "KernelCall" and index not in profile.kinds:
+            raise ProfileMismatch(f"instruction {index} ({step}) has no OPERATOR_CALL event: "
+                                  f"the profile is not of {program}, or the runner's event buffer was full")
+
+
+def _kind(step: str) -> str:
+    return step if step in ("MoveCall", "FreeCall") else "KernelCall"
+
+
 def measured_cost(view: GraphView, steps: list[str], profile: Profile, plan: str,
                   estimate: ProgramCost) -> ProgramCost:
     """The program's cost as `profile` measured it: each kernel call's median cycles on its node.
 
-    `steps` are the plan's instructions in order (an operator name for a kernel call, else the
-    instruction's kind), as the `.pte` reader read them; `plan` the plan's name (its node ids).
+    `steps` are the plan's instructions in order (`check_profile`), `plan` the plan's name (its node ids).
     """
-    for index, name in sorted(profile.kinds.items()):
-        if index >= len(steps):
-            raise ProfileMismatch(f"instruction {index} is past the program's {len(steps)} instructions")
-        kind = steps[index] if steps[index] in ("MoveCall", "FreeCall") else "KernelCall"
-        if INSTRUCTION_EVENTS[name] != kind:
-            what = steps[index] if kind == "KernelCall" else f"a {kind}"
-            raise ProfileMismatch(f"instruction {index} is {what} in the program; the profile records {name} there")
+    check_profile(profile, steps)
     nodes = _instruction_nodes(view, plan)
-    for index, step in enumerate(steps):
-        if step not in ("MoveCall", "FreeCall") and index not in profile.kinds:
-            raise ProfileMismatch(f"instruction {index} ({step}) has no OPERATOR_CALL event: "
-                                  "the profile is not of this program, or the runner's event buffer was full")
     return _priced(estimate, profile, {node: [index] for index, node in nodes.items()}, [])
 
 
@@ -195,6 +206,8 @@ def read_etrecord(data: bytes, limits: Limits) -> Record:
             raise ProfileError(f"not a valid ETRecord: debug_handle_map entry {key[:20]!r} is not "
                                "an instruction's debug handles")
         handles[index] = tuple(listed)
+    if not handles:
+        raise ProfileError("not a valid ETRecord: its debug_handle_map maps no instruction to the program's nodes")
     return Record(handles, _handle_ops(graph))
 
 
@@ -209,6 +222,26 @@ def _index(text: object) -> int | None:
         return None
     value = int(text)
     return value if value <= MAX_INDEX else None
+
+
+def check_record(record: Record, steps: list[str], pte: str) -> None:
+    """Refuse an ETRecord that is not of the `.pte` `pte` whose instructions are `steps` (`check_profile`):
+    it maps debug handles to an instruction that is no kernel call there, or whose operator none of
+    the handles' nodes calls."""
+    for index, handles in sorted(record.handles.items()):
+        if index >= len(steps) or _kind(steps[index]) != "KernelCall":
+            what = f"past the {len(steps)} instructions" if index >= len(steps) else f"a {steps[index]}"
+            raise ProfileError(f"instruction {index}, which it maps to debug handles, is {what} of {pte}, "
+                               "the .pte written with it")
+        recorded = frozenset().union(*(record.ops.get(h, frozenset()) for h in handles))
+        if recorded and _operator(steps[index]) not in recorded:
+            raise ProfileError(f"instruction {index} calls {', '.join(sorted(recorded))} in it, "
+                               f"{steps[index]} in {pte}, the .pte written with it")
+
+
+def _operator(step: str) -> str:
+    """A kernel call's operator as the edge program names it: `cortex_m::softmax.out` -> `softmax`."""
+    return step.rpartition("::")[2].partition(".")[0]
 
 
 def _handle_ops(graph: object) -> dict[int, frozenset[str]]:
@@ -241,18 +274,16 @@ def measured_through(profile: Profile, record: Record, view: GraphView, estimate
     """The cost a profile of the `.pte` `--fix` wrote from this program measured, through that fix's
     ETRecord: an instruction's debug handles name the nodes of this program's lowering it came from.
 
-    The profile is of the fixed program: an island the fix folded has no instruction, so it measured
-    nothing. An instruction's cycles go to the nodes of its first debug handle, the k-th instruction
-    of a handle to its k-th node in graph order (the emitter writes them in that order).
+    The profile and the ETRecord have been held to that `.pte`'s instructions (`check_profile`,
+    `check_record`). The profile is of the fixed program: an island the fix folded has no instruction,
+    so it measured nothing. An instruction's cycles go to the nodes of its first debug handle, the k-th
+    instruction of a handle to its k-th node in graph order (the emitter writes them in that order).
     """
     by_handle: dict[int, list[Node]] = {}
     for node in view.nodes:
         handle = node.meta.get("debug_handle")
         if node.op == "call_function" and type(handle) is int and op_name(node) != "getitem":
             by_handle.setdefault(handle, []).append(node)
-    for index in sorted(record.handles):
-        if index not in profile.kinds:
-            raise ProfileMismatch(f"instruction {index} of the ETRecord has no event in the profile")
     instructions: dict[Node, list[int]] = {}
     unplaced, seen = [], dict.fromkeys(by_handle, 0)
     for index, kind in sorted(profile.kinds.items()):

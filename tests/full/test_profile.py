@@ -142,17 +142,14 @@ def test_fix_writes_an_etrecord_that_ties_a_profile_to_the_program(
     run_cli(["check", "--fix", "--no-cache", "--output-dir", str(other), str(pt2_dir("make_pool"))], capsys)
     line = _refused(["check", str(source), "--profile", str(profile), "--etrecord",
                      str(other / "pool.etrecord")], capsys)
-    assert f"profile {profile} is not of this program: " in line and "debug handle" in line, line
+    assert f"profile {profile} is not of this program: instruction " in line, line
+    assert f"{other / 'pool.pte'}, the .pte written with the ETRecord" in line, line
     assert "does not exist (--etrecord FILE)" in _refused(["check", str(source), "--profile", str(profile)], capsys)
     assert f"profile {profile}: ETRecord {profile}: not an ETRecord: not a zip archive" in _refused(
         ["check", str(source), "--profile", str(profile), "--etrecord", str(profile)], capsys)
     # An edge program that is not the shape torch writes names no operators: read as absent, never a traceback.
-    odd = tmp_path / "odd.etrecord"
-    with zipfile.ZipFile(record) as given, zipfile.ZipFile(odd, "w") as written:
-        for name in given.namelist():
-            body = given.read(name)
-            odd_graph = name == "edge_dialect_exported_program/forward"
-            written.writestr(name, b'{"graph_module": [1]}' if odd_graph else body)
+    odd_graph = {"edge_dialect_exported_program/forward": b'{"graph_module": [1]}'}
+    odd = _etrecord_beside(record, tmp_path / "odd", odd_graph, pte)
     code, data = run_json(["check", str(source), "--profile", str(profile), "--etrecord", str(odd)], capsys)
     assert code == 1 and data["artifacts"][0]["cycles"] == sum(medians)
     assert f"profile {tmp_path / 'none'}: no such file" in _refused(
@@ -240,7 +237,7 @@ def test_a_profile_of_another_program_is_refused_in_one_line(
     pte, _, kinds = plain_profile
     cases: dict[str, tuple[list[list[Any]], str]] = {
         "past the plan": (runs_of([*kinds, "KernelCall"], varied, 1),
-                          f"instruction {len(kinds)} is past the program's {len(kinds)} instructions"),
+                          f"instruction {len(kinds)} is past the {len(kinds)} instructions of the program"),
         "a kernel call missing": (
             [[e for e in runs_of(kinds, varied, 1)[0] if e.profile_event.instruction_id != 2
               or e.profile_event.chain_index == -1]],
@@ -273,6 +270,43 @@ def fixed_attention(pt2_dir: Callable[[str], Path], tmp_path_factory: pytest.Tem
     return source, folder / "attention.pte", folder / "attention.etrecord"
 
 
+def test_through_the_etrecord_a_profile_is_held_to_the_pte_written_with_it(
+        fixed_attention: tuple[Path, Path, Path], attention_plan: tuple[Path, Any], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """What the `.pte` path refuses, the ETRecord path refuses: the profile is checked against the
+    instructions of the `.pte` beside the ETRecord, by the same check."""
+    source, pte, record = fixed_attention
+    kinds, unfixed = instructions(pte), instructions(attention_plan[0])
+    handles = {int(i) for i in json.loads(zipfile.ZipFile(record).read("debug_handle_map"))["forward"]}
+    unmapped = next(i for i, kind in enumerate(kinds) if kind == "KernelCall" and i not in handles)
+    run = runs_of(kinds, varied, 1)[0]
+    written = f"{pte}, the .pte written with the ETRecord"
+    assert len(unfixed) > len(kinds) and kinds.count("KernelCall") == len(kinds)
+    cases: dict[str, tuple[list[list[Any]], str]] = {
+        "every event a move": (runs_of(["MoveCall"] * len(kinds), varied, 1),
+                               f"instruction 0 is cortex_m::quantize_per_tensor.out in {written}; "
+                               "the profile records MOVE_CALL there"),
+        "the unfixed program": (runs_of(unfixed, varied, 1),
+                                f"instruction {len(kinds)} is past the {len(kinds)} instructions of {written}"),
+        "an event on instruction 2**31 - 1": ([[*run, profile_event("OPERATOR_CALL", 0, 2**31 - 1, 1, 2)]],
+                                              f"instruction 2147483647 is past the {len(kinds)} instructions "
+                                              f"of {written}"),
+        "a kernel call the ETRecord maps to no node, without its event": (
+            [[e for e in run if e.profile_event.instruction_id != unmapped or e.profile_event.chain_index == -1]],
+            f"instruction {unmapped} (cortex_m::{operators(pte)[unmapped]}.out) has no OPERATOR_CALL event: "
+            f"the profile is not of {written}, or the runner's event buffer was full"),
+    }
+    config = tmp_path / ".qlint.yaml"
+    config.write_text("budgets: {cycles: 1}\n")  # the estimate fails it: a profile that measures nothing passed it
+    for case, (runs, said) in cases.items():
+        profile = tmp_path / f"{case.replace(' ', '_')}.etdump"
+        profile.write_bytes(etdump(runs))
+        line = _refused(["check", "--config", str(config), str(source), "--profile", str(profile),
+                         "--etrecord", str(record)], capsys)
+        assert line.startswith(f"qlint: error: {source}: profile {profile} is not of this program: "), (case, line)
+        assert said in line, (case, line)
+
+
 def _etrecord_beside(record: Path, folder: Path, replaced: dict[str, bytes], pte: Path | None) -> Path:
     """A copy of the ETRecord `record` in `folder` with the entries `replaced`, and `pte` copied beside it."""
     folder.mkdir()
@@ -283,6 +317,36 @@ def _etrecord_beside(record: Path, folder: Path, replaced: dict[str, bytes], pte
     if pte is not None:
         (folder / pte.name).write_bytes(pte.read_bytes())
     return copy
+
+
+def test_an_etrecord_that_is_not_of_the_pte_beside_it_is_refused_in_one_line(
+        fixed_attention: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The ETRecord is held to the `.pte` beside it, as `--fix` writes them: an instruction it maps must be
+    a kernel call there of an operator its handles' nodes call; it must map one; the `.pte` must be there."""
+    source, pte, record = fixed_attention
+    profile = tmp_path / "run.etdump"
+    profile.write_bytes(etdump(runs_of(instructions(pte), varied, 1)))
+
+    def mapped(entries: dict[str, Any]) -> dict[str, bytes]:
+        return {"debug_handle_map": json.dumps({"forward": entries}).encode()}
+
+    softmax = next(int(i) for i, op in enumerate(operators(pte)) if op == "softmax")
+    cases: dict[str, tuple[dict[str, bytes], bool, str]] = {
+        "an empty map": (mapped({}), True,
+                         "not a valid ETRecord: its debug_handle_map maps no instruction to the program's nodes"),
+        "no .pte": ({}, False, "the .pte written with it, {pte}: no such file"),
+        "an instruction past the .pte": (mapped({"40": 1}), True, "instruction 40, which it maps to debug handles, "
+                                         "is past the 11 instructions of {pte}, the .pte written with it"),
+        "another operator": (mapped({str(softmax): 1}), True,
+                             f"instruction {softmax} calls quantize_per_tensor in it, cortex_m::softmax.out in "
+                             "{pte}, the .pte written with it"),
+    }
+    assert instructions(pte) == ["KernelCall"] * 11  # so an operator's index is its instruction's
+    for case, (replaced, beside, said) in cases.items():
+        copy = _etrecord_beside(record, tmp_path / case.replace(" ", "_"), replaced, pte if beside else None)
+        line = _refused(["check", str(source), "--profile", str(profile), "--etrecord", str(copy)], capsys)
+        expected = said.replace("{pte}", str(copy.with_suffix(".pte")))
+        assert line == f"qlint: error: {source}: profile {profile}: ETRecord {copy}: {expected}", (case, line)
 
 
 def test_etrecord_keys_that_are_no_instruction_index_are_refused_in_one_line(
