@@ -137,8 +137,8 @@ def _lowering_options(check: argparse.ArgumentParser) -> None:
                             ".pte --fix wrote from the one .pt2 checked): its measured cycles replace the estimate, "
                             "set beside it per operator (docs/profiles.md)")
     check.add_argument("--etrecord", metavar="FILE", type=Path,
-                       help="with --profile and a .pt2: the ETRecord --fix wrote beside the profiled .pte "
-                            "(default: <name>.etrecord beside the .pt2)")
+                       help="with --profile and a .pt2: the ETRecord --fix wrote beside the profiled .pte, "
+                            "which must stay beside it (default: <name>.etrecord beside the .pt2)")
     check.add_argument(
         "--lowering",
         choices=tuple(LoweringOrder),

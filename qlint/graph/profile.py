@@ -8,38 +8,38 @@ Cortex-M port that counts cycles, which is how qlint reads them). So an
 event maps to exactly one instruction of the `.pte` the profile was recorded from, and a profile
 of another program shows as an event on an instruction the plan does not have or has of another
 kind, or a kernel call without its event: each refused in one line (`ProfileMismatch`), never a
-partial mapping.
+partial mapping. Both ways in hold a profile to the instructions of that `.pte` (`check_profile`):
+the `.pte` checked, or the one `--fix` wrote beside the ETRecord that maps it to a `.pt2`.
 
-The file is untrusted. Before ExecuTorch's own decoder (its bundled `flatc` and `etdump`
-dataclasses) expands it to JSON, the tables it would visit are counted (`limits.profile_entries`):
-a flatbuffer may point at one table from every slot of a vector, so a small file can decode to
-gigabytes.
+The file is untrusted. It is read by ExecuTorch's schema (`etdump_schema_flatcc.fbs`) straight from
+the flatbuffer, and only what qlint uses: each run's profile events' name, chain, instruction and
+times. A flatbuffer may point at one table from every slot of a vector, so the runs and events read
+are counted (`limits.profile_entries`); nothing else of the file (strings, debug values, tensors)
+is expanded, so a small file cannot cost more than its count of events.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import struct
-import subprocess
-import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
+from typing import NamedTuple
 
 from torch.fx import Node
 
 from qlint.graph.cost import OpCost, ProgramCost
 from qlint.graph.view import GraphView, base_name, op_name
 from qlint.io.limits import Limits
-from qlint.io.reads import ReadError, first_line
+from qlint.io.reads import ReadError
+from qlint.settings.sizes import MAX_AMOUNT
 
 # The event each instruction kind records (`Method::execute_instruction`): what the plan must hold there.
 INSTRUCTION_EVENTS = {"OPERATOR_CALL": "KernelCall", "MOVE_CALL": "MoveCall", "FREE_CALL": "FreeCall"}
 # The DWT/PMU cycle counter a Cortex-M runner reads is 32 bits wide: an event that spans its wrap
-# ends at a smaller count than it started.
+# ends at a smaller count than it started, and no event can measure 2**32 cycles or more.
 COUNTER_WRAP = 1 << 32
-FLATC_SECONDS = 120  # decoding a file that passed the entry count takes well under a second
+NAME_SHOWN = 60  # the characters of an event's name an error shows
 
 
 class ProfileError(ReadError):
@@ -62,8 +62,7 @@ class Profile:
 
 def read_profile(data: bytes, limits: Limits) -> Profile:
     """The profile in the bytes of an ETDump, or a ReadError saying why not."""
-    _count_entries(data, limits)
-    runs = [_run(index, events) for index, events in enumerate(_decode(data), start=1)]
+    runs = [_run(index, events) for index, events in enumerate(_runs(data, limits), start=1)]
     runs = [r for r in runs if r]  # blocks without instruction events: loading, init
     if not runs:
         raise ProfileError("no instruction events (OPERATOR_CALL): record it with the runner's event tracer on")
@@ -78,59 +77,77 @@ def read_profile(data: bytes, limits: Limits) -> Profile:
             if name != kinds[i]:
                 raise ProfileMismatch(f"run {number} records {name} at instruction {i}, run 1 {kinds[i]}")
     cycles = {i: int(statistics.median_low(run[i][1] for run in runs)) for i in sorted(first)}
+    if sum(cycles.values()) > MAX_AMOUNT:
+        raise ProfileError(f"its instructions measure {sum(cycles.values()):,} cycles together, over 2**53: "
+                           "no figure compares exactly past it")
     return Profile(len(runs), kinds, cycles)
 
 
-def _run(number: int, events: Iterable[object]) -> dict[int, tuple[str, int]]:
+def _run(number: int, events: Iterable[_Event]) -> dict[int, tuple[str, int]]:
     """One event block's instruction events: index -> (event name, cycles)."""
     found: dict[int, tuple[str, int]] = {}
     for event in events:
-        profiled = getattr(event, "profile_event", None)
-        if profiled is None or profiled.chain_index == -1:  # Method::execute, Method::init: not an instruction
+        if event.chain == -1:  # Method::execute, Method::init: not an instruction
             continue
-        name = profiled.name or ""
-        if profiled.chain_index != 0:
-            raise ProfileMismatch(f"run {number} has an event on chain {profiled.chain_index}; "
-                                  "the program has one chain")
+        name, index = event.name, event.instruction
+        if event.chain != 0:
+            raise ProfileMismatch(f"run {number} has an event on chain {event.chain}; the program has one chain")
         if name not in INSTRUCTION_EVENTS:
-            raise ProfileMismatch(f"run {number} records {name[:60]!r} at instruction {profiled.instruction_id}; "
+            raise ProfileMismatch(f"run {number} records {name[:NAME_SHOWN]!r} at instruction {index}; "
                                   f"the program's instructions record {', '.join(INSTRUCTION_EVENTS)}")
-        index = int(profiled.instruction_id)
         if index < 0:
             raise ProfileMismatch(f"run {number} records {name} at instruction {index}, which is no instruction")
         if index in found:
             raise ProfileMismatch(f"run {number} records instruction {index} twice")
-        found[index] = (name, _elapsed(int(profiled.start_time), int(profiled.end_time)))
+        found[index] = (name, _elapsed(number, index, event.start, event.end))
     return found
 
 
-def _elapsed(start: int, end: int) -> int:
+def _elapsed(number: int, index: int, start: int, end: int) -> int:
+    """The cycles from `start` to `end` of a 32-bit counter, across one wrap; more than it can count
+    (from a port whose ticks are wider, or a forged file) is refused, not carried into every figure."""
     if end >= start:
-        return end - start
-    if start >= COUNTER_WRAP:
-        raise ProfileError(f"an event ends ({end}) before it starts ({start}) and is not a 32-bit counter's wrap")
-    return end + COUNTER_WRAP - start
+        elapsed = end - start
+    elif start >= COUNTER_WRAP:
+        raise ProfileError(f"run {number}'s event on instruction {index} ends ({end}) before it starts ({start}) "
+                           "and is not a 32-bit counter's wrap")
+    else:
+        elapsed = end + COUNTER_WRAP - start
+    if elapsed >= COUNTER_WRAP:
+        raise ProfileError(f"run {number}'s event on instruction {index} spans {elapsed:,} cycles: a 32-bit "
+                           f"cycle counter measures at most {COUNTER_WRAP - 1:,}")
+    return elapsed
+
+
+def check_profile(profile: Profile, steps: list[str], program: str = "the program") -> None:
+    """Refuse a profile that is not of `program`, whose instructions are `steps` (an operator name for
+    a kernel call, else the instruction's kind, as `pte.plan_steps` reads them): an event on an
+    instruction the plan does not have or has of another kind, or a kernel call without its event."""
+    for index, name in sorted(profile.kinds.items()):
+        if index >= len(steps):
+            raise ProfileMismatch(f"instruction {index} is past the {len(steps)} instructions of {program}")
+        kind = _kind(steps[index])
+        if INSTRUCTION_EVENTS[name] != kind:
+            what = steps[index] if kind == "KernelCall" else f"a {kind}"
+            raise ProfileMismatch(f"instruction {index} is {what} in {program}; the profile records {name} there")
+    for index, step in enumerate(steps):
+        if _kind(step) == "KernelCall" and index not in profile.kinds:
+            raise ProfileMismatch(f"instruction {index} ({step}) has no OPERATOR_CALL event: "
+                                  f"the profile is not of {program}, or the runner's event buffer was full")
+
+
+def _kind(step: str) -> str:
+    return step if step in ("MoveCall", "FreeCall") else "KernelCall"
 
 
 def measured_cost(view: GraphView, steps: list[str], profile: Profile, plan: str,
                   estimate: ProgramCost) -> ProgramCost:
     """The program's cost as `profile` measured it: each kernel call's median cycles on its node.
 
-    `steps` are the plan's instructions in order (an operator name for a kernel call, else the
-    instruction's kind), as the `.pte` reader read them; `plan` the plan's name (its node ids).
+    `steps` are the plan's instructions in order (`check_profile`), `plan` the plan's name (its node ids).
     """
-    for index, name in sorted(profile.kinds.items()):
-        if index >= len(steps):
-            raise ProfileMismatch(f"instruction {index} is past the program's {len(steps)} instructions")
-        kind = steps[index] if steps[index] in ("MoveCall", "FreeCall") else "KernelCall"
-        if INSTRUCTION_EVENTS[name] != kind:
-            what = steps[index] if kind == "KernelCall" else f"a {kind}"
-            raise ProfileMismatch(f"instruction {index} is {what} in the program; the profile records {name} there")
+    check_profile(profile, steps)
     nodes = _instruction_nodes(view, plan)
-    for index, step in enumerate(steps):
-        if step not in ("MoveCall", "FreeCall") and index not in profile.kinds:
-            raise ProfileMismatch(f"instruction {index} ({step}) has no OPERATOR_CALL event: "
-                                  "the profile is not of this program, or the runner's event buffer was full")
     return _priced(estimate, profile, {node: [index] for index, node in nodes.items()}, [])
 
 
@@ -184,11 +201,47 @@ def read_etrecord(data: bytes, limits: Limits) -> Record:
     handles = {}
     for key, value in mapped.items():
         listed = value if isinstance(value, list) else [value]
-        if not key.isdigit() or not listed or not all(type(h) is int and h >= 0 for h in listed):
+        index = _index(key)
+        if index is None or not listed or not all(type(h) is int and 0 <= h <= MAX_INDEX for h in listed):
             raise ProfileError(f"not a valid ETRecord: debug_handle_map entry {key[:20]!r} is not "
                                "an instruction's debug handles")
-        handles[int(key)] = tuple(listed)
+        handles[index] = tuple(listed)
+    if not handles:
+        raise ProfileError("not a valid ETRecord: its debug_handle_map maps no instruction to the program's nodes")
     return Record(handles, _handle_ops(graph))
+
+
+# The largest instruction index or debug handle read: ExecuTorch records both as 32-bit ints.
+MAX_INDEX = (1 << 31) - 1
+
+
+def _index(text: object) -> int | None:
+    """An instruction index or debug handle written as a string of ASCII digits, None for anything
+    else (`str.isdigit` takes `²`, which `int` refuses; a long one is past any plan)."""
+    if not isinstance(text, str) or not text.isascii() or not text.isdigit() or len(text) > 10:
+        return None
+    value = int(text)
+    return value if value <= MAX_INDEX else None
+
+
+def check_record(record: Record, steps: list[str], pte: str) -> None:
+    """Refuse an ETRecord that is not of the `.pte` `pte` whose instructions are `steps` (`check_profile`):
+    it maps debug handles to an instruction that is no kernel call there, or whose operator none of
+    the handles' nodes calls."""
+    for index, handles in sorted(record.handles.items()):
+        if index >= len(steps) or _kind(steps[index]) != "KernelCall":
+            what = f"past the {len(steps)} instructions" if index >= len(steps) else f"a {steps[index]}"
+            raise ProfileError(f"instruction {index}, which it maps to debug handles, is {what} of {pte}, "
+                               "the .pte written with it")
+        recorded = frozenset().union(*(record.ops.get(h, frozenset()) for h in handles))
+        if recorded and _operator(steps[index]) not in recorded:
+            raise ProfileError(f"instruction {index} calls {', '.join(sorted(recorded))} in it, "
+                               f"{steps[index]} in {pte}, the .pte written with it")
+
+
+def _operator(step: str) -> str:
+    """A kernel call's operator as the edge program names it: `cortex_m::softmax.out` -> `softmax`."""
+    return step.rpartition("::")[2].partition(".")[0]
 
 
 def _handle_ops(graph: object) -> dict[int, frozenset[str]]:
@@ -197,8 +250,9 @@ def _handle_ops(graph: object) -> dict[int, frozenset[str]]:
     found: dict[int, set[str]] = {}
     for node in _listed(graph, "graph_module", "graph", "nodes"):
         handle, target = _mapping(_mapping(node).get("metadata")).get("debug_handle"), _mapping(node).get("target")
-        if isinstance(handle, str) and handle.isdigit() and isinstance(target, str):
-            found.setdefault(int(handle), set()).add(base_name(target.removeprefix(EDGE_OPS)))
+        index = _index(handle)
+        if index is not None and isinstance(target, str):
+            found.setdefault(index, set()).add(base_name(target.removeprefix(EDGE_OPS)))
     return {h: frozenset(ops) for h, ops in found.items()}
 
 
@@ -220,18 +274,16 @@ def measured_through(profile: Profile, record: Record, view: GraphView, estimate
     """The cost a profile of the `.pte` `--fix` wrote from this program measured, through that fix's
     ETRecord: an instruction's debug handles name the nodes of this program's lowering it came from.
 
-    The profile is of the fixed program: an island the fix folded has no instruction, so it measured
-    nothing. An instruction's cycles go to the nodes of its first debug handle, the k-th instruction
-    of a handle to its k-th node in graph order (the emitter writes them in that order).
+    The profile and the ETRecord have been held to that `.pte`'s instructions (`check_profile`,
+    `check_record`). The profile is of the fixed program: an island the fix folded has no instruction,
+    so it measured nothing. An instruction's cycles go to the nodes of its first debug handle, the k-th
+    instruction of a handle to its k-th node in graph order (the emitter writes them in that order).
     """
     by_handle: dict[int, list[Node]] = {}
     for node in view.nodes:
         handle = node.meta.get("debug_handle")
         if node.op == "call_function" and type(handle) is int and op_name(node) != "getitem":
             by_handle.setdefault(handle, []).append(node)
-    for index in sorted(record.handles):
-        if index not in profile.kinds:
-            raise ProfileMismatch(f"instruction {index} of the ETRecord has no event in the profile")
     instructions: dict[Node, list[int]] = {}
     unplaced, seen = [], dict.fromkeys(by_handle, 0)
     for index, kind in sorted(profile.kinds.items()):
@@ -275,139 +327,108 @@ def _unpriced(node: Node) -> OpCost:
     return OpCost(node.name, op_name(node), 0, "element", 0.0, False)
 
 
-# The decoder: ExecuTorch's schema and flatc, bounded first.
+# The reader: ExecuTorch's ETDump schema, read from the flatbuffer as any flatbuffers reader does.
 
-def _decode(data: bytes) -> list[list[object]]:
-    """Each run's events, decoded by ExecuTorch's own schema, flatc and dataclasses."""
-    import importlib.resources
+class _Event(NamedTuple):
+    """What qlint reads of one profile event (`ProfileEvent`)."""
 
-    import executorch.devtools.etdump as package
-    from executorch.devtools.etdump.serialize import _deserialize_from_json_to_etdump_flatcc
-    from executorch.exir._serialize._flatbuffer import _get_flatc_path
-
-    with tempfile.TemporaryDirectory() as folder:
-        for schema in ("etdump_schema_flatcc.fbs", "scalar_type.fbs"):
-            (Path(folder) / schema).write_bytes((importlib.resources.files(package) / schema).read_bytes())
-        (Path(folder) / "profile.etdp").write_bytes(data)
-        try:
-            done = subprocess.run(
-                [_get_flatc_path(), "--json", "--strict-json", "--defaults-json", "--size-prefixed", "-o", folder,
-                 os.path.join(folder, "etdump_schema_flatcc.fbs"), "--", os.path.join(folder, "profile.etdp")],
-                capture_output=True, timeout=FLATC_SECONDS, check=False)
-        except subprocess.TimeoutExpired:
-            raise ProfileError(f"not a valid ETDump: decoding took over {FLATC_SECONDS} s") from None
-        decoded = Path(folder) / "profile.json"
-        if done.returncode != 0 or not decoded.exists():
-            said = done.stderr.decode(errors="replace").strip().splitlines()
-            why = said[-1].strip()[:200] if said else "flatc could not decode it"
-            raise ProfileError(f"not a valid ETDump: {why}")
-        try:
-            etdump = _deserialize_from_json_to_etdump_flatcc(decoded.read_bytes())
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise ProfileError(f"not a valid ETDump: {type(exc).__name__}: {first_line(exc)[:200]}") from None
-    return [list(run.events or []) for run in etdump.run_data or []]
+    name: str
+    chain: int
+    instruction: int
+    start: int
+    end: int
 
 
-class _Entries:
-    """What decoding may visit: tables and vector items one by one, as flatc writes each of them."""
+# Field ids (vtable slots) of `etdump_schema_flatcc.fbs`, and its defaults where qlint reads a scalar.
+_RUN_DATA, _EVENTS, _PROFILE = 1, 3, 0    # ETDump.run_data, RunData.events, Event.profile_event
+_NAME, _CHAIN, _INSTRUCTION, _START, _END = 0, 1, 2, 6, 7  # ProfileEvent's fields
+NAME_BYTES = 64  # an instruction event's name is shorter: a longer one is read this far, to be shown
+
+
+def _runs(data: bytes, limits: Limits) -> Iterator[Iterator[_Event]]:
+    """Each run's profile events, read from the flatbuffer; the runs and events counted as they are
+    read (`limits.profile_entries`)."""
+    if len(data) < 12 or data[8:12] != b"ED00":
+        raise ProfileError("not an ETDump: no size-prefixed ETDump file identifier (ED00)")
+    if struct.unpack_from("<I", data, 0)[0] != len(data) - 4:
+        raise ProfileError("not a valid ETDump: its size prefix is not its length (a truncated file?)")
+    buffer = _Flatbuffer(data[4:], limits)
+    for run in buffer.tables(buffer.u32(0), _RUN_DATA):
+        yield _events(buffer, run)
+
+
+def _events(buffer: _Flatbuffer, run: int) -> Iterator[_Event]:
+    """One run's profile events (an event of another kind, allocation or debug, is not read)."""
+    for event in buffer.tables(run, _EVENTS):
+        profiled = buffer.table(event, _PROFILE)
+        if profiled is not None:
+            yield _Event(buffer.string(profiled, _NAME), buffer.scalar(profiled, _CHAIN, "<i", 0),
+                         buffer.scalar(profiled, _INSTRUCTION, "<i", -1),
+                         buffer.scalar(profiled, _START, "<Q", 0), buffer.scalar(profiled, _END, "<Q", 0))
+
+
+class _Flatbuffer:
+    """Tables, vectors and fields of an untrusted flatbuffer, every offset checked against the file;
+    vector items counted as they are read (one table may be listed a million times over)."""
 
     def __init__(self, data: bytes, limits: Limits) -> None:
         self.data, self.limit, self.count = data, int(limits.profile_entries), 0
-        self.text_limit, self.text = limits.file_bytes, 0
+        self.vtables: dict[int, tuple[int, ...]] = {}  # each vtable's field offsets, read once (tables share them)
 
-    def string(self, table: int | None, slot: int) -> None:
-        """A string field: decoded once per reference, so its bytes count each time (`file_mb`)."""
-        at = None if table is None else self.field(table, slot)
-        if at is not None:
-            self.text += self.u32(at + self.u32(at))
-            if self.text > self.text_limit:
-                raise ProfileError(f"its strings decode to over {self.text_limit} bytes "
-                                   "(limits.file_mb in .qlint.yaml)")
-
-    def visit(self, count: int = 1) -> None:
+    def visit(self, count: int) -> None:
         self.count += count
         if self.count > self.limit:
-            raise ProfileError(f"holds over {self.limit} events, tables and values "
-                            "(limits.profile_entries in .qlint.yaml)")
+            raise ProfileError(f"holds over {self.limit} runs and events (limits.profile_entries in .qlint.yaml)")
 
-    def u32(self, at: int) -> int:
-        if not 0 <= at <= len(self.data) - 4:
+    def at(self, offset: int, size: int) -> int:
+        if not 0 <= offset <= len(self.data) - size:
             raise ProfileError("not a valid ETDump: an offset points outside the file")
-        return int(struct.unpack_from("<I", self.data, at)[0])
+        return offset
+
+    def u32(self, offset: int) -> int:
+        return int(struct.unpack_from("<I", self.data, self.at(offset, 4))[0])
 
     def field(self, table: int, slot: int) -> int | None:
         """Where field `slot` of the table at `table` is, None when absent."""
-        vtable = table - struct.unpack_from("<i", self.data, table)[0] if 0 <= table <= len(self.data) - 4 else -1
-        if not 0 <= vtable <= len(self.data) - 4:
-            raise ProfileError("not a valid ETDump: a table's vtable is outside the file")
-        size = struct.unpack_from("<H", self.data, vtable)[0]
-        if 4 + 2 * slot + 2 > size or vtable + 4 + 2 * slot + 2 > len(self.data):
-            return None
-        offset = struct.unpack_from("<H", self.data, vtable + 4 + 2 * slot)[0]
+        vtable = table - struct.unpack_from("<i", self.data, self.at(table, 4))[0]
+        offsets = self.vtables.get(vtable)
+        if offsets is None:
+            size = struct.unpack_from("<H", self.data, self.at(vtable, 4))[0]
+            if size < 4 or size % 2 or vtable + size > len(self.data):
+                raise ProfileError("not a valid ETDump: a table's vtable is malformed or outside the file")
+            offsets = self.vtables[vtable] = struct.unpack_from(f"<{size // 2 - 2}H", self.data, vtable + 4)
+        offset = offsets[slot] if slot < len(offsets) else 0
         return table + offset if offset else None
 
     def table(self, table: int, slot: int) -> int | None:
         at = self.field(table, slot)
         return None if at is None else at + self.u32(at)
 
-    def vector(self, table: int, slot: int) -> tuple[int, int]:
-        """(first item, length) of a vector field; (0, 0) when absent."""
+    def scalar(self, table: int, slot: int, layout: str, default: int) -> int:
         at = self.field(table, slot)
         if at is None:
-            return 0, 0
+            return default
+        return int(struct.unpack_from(layout, self.data, self.at(at, struct.calcsize(layout)))[0])
+
+    def string(self, table: int, slot: int) -> str:
+        """A string field's first `NAME_BYTES` bytes ("" when absent): decoded only so far."""
+        at = self.table(table, slot)
+        if at is None:
+            return ""
+        length = self.u32(at)
+        self.at(at + 4, length)
+        text = self.data[at + 4:at + 4 + min(length, NAME_BYTES)].decode("utf-8", errors="replace")
+        return text + "..." if length > NAME_BYTES else text
+
+    def tables(self, table: int, slot: int) -> Iterator[int]:
+        """The tables a vector field lists (none when absent), counted one by one."""
+        at = self.field(table, slot)
+        if at is None:
+            return
         start = at + self.u32(at)
         length = self.u32(start)
+        self.at(start + 4, 4 * length)
         self.visit(length)
-        if length > len(self.data):  # no item is under a byte: a length past the file is a lie
-            raise ProfileError("not a valid ETDump: a vector is longer than the file")
-        return start + 4, length
-
-    def tables(self, table: int, slot: int) -> Iterable[int]:
-        first, length = self.vector(table, slot)
         for i in range(length):
-            at = first + 4 * i
-            yield at + self.u32(at)
-
-
-# Table slots (field ids) of `etdump_schema_flatcc.fbs` that hold tables or vectors.
-_RUN_DATA, _ALLOCATORS, _EVENTS = 1, 2, 3
-_PROFILE, _DEBUG = 0, 2
-_DEBUG_ENTRY, _TENSOR, _TENSOR_LIST, _SIZES, _STRIDES, _TENSORS = 2, 1, 2, 1, 2, 0
-
-
-def _count_entries(data: bytes, limits: Limits) -> None:
-    """Refuse, before decoding, a file that is no size-prefixed ETDump or decodes to more than the limit."""
-    if len(data) < 12 or data[8:12] != b"ED00":
-        raise ProfileError("not an ETDump: no size-prefixed ETDump file identifier (ED00)")
-    if struct.unpack_from("<I", data, 0)[0] != len(data) - 4:
-        raise ProfileError("not a valid ETDump: its size prefix is not its length (a truncated file?)")
-    entries = _Entries(data[4:], limits)
-    root = entries.u32(0)
-    for run in entries.tables(root, _RUN_DATA):
-        entries.string(run, 0)
-        for allocator in entries.tables(run, _ALLOCATORS):
-            entries.string(allocator, 0)
-        for event in entries.tables(run, _EVENTS):
-            profiled, debug = entries.table(event, _PROFILE), entries.table(event, _DEBUG)
-            if profiled is not None:
-                entries.string(profiled, 0)
-                entries.string(profiled, 4)
-                entries.vector(profiled, 5)  # delegate_debug_metadata
-            if debug is not None:
-                entries.string(debug, 4)
-                entries.string(debug, 5)
-                value = entries.table(debug, _DEBUG_ENTRY)
-                if value is not None:
-                    _count_value(entries, value)
-
-
-def _count_value(entries: _Entries, value: int) -> None:
-    tensor = entries.table(value, _TENSOR)
-    if tensor is not None:
-        entries.vector(tensor, _SIZES)
-        entries.vector(tensor, _STRIDES)
-    listed = entries.table(value, _TENSOR_LIST)
-    if listed is not None:
-        for item in entries.tables(listed, _TENSORS):
-            entries.vector(item, _SIZES)
-            entries.vector(item, _STRIDES)
+            item = start + 4 + 4 * i
+            yield item + self.u32(item)

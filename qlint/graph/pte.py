@@ -381,12 +381,6 @@ class _PlanReader:
         else:
             raise _Malformed(f"{operator.name} returns a {type(result).__name__}")
 
-    def operator_name(self, call: Any) -> str:
-        if not 0 <= call.op_index < len(self.plan.operators):
-            return "?"
-        operator = self.plan.operators[call.op_index]
-        return f"{operator.name}.{operator.overload}" if operator.overload else str(operator.name)
-
     def memory(self, artifact: str) -> PlanMemory | None:
         """The plan's arena tensors with the steps they are live at (outputs: to the end)."""
         from qlint.graph.memory import Buffer, peak_of, peak_step, timeline
@@ -441,23 +435,16 @@ class _PlanReader:
             where = self.allocation(self.tensor_value(index))
             if where is not None:
                 self.last_writer[where] = index
-        if len(self.plan.chains) != 1:
-            raise ReadError(f"{len(self.plan.chains)} chains in the plan; only single-chain programs are read")
-        for instruction in self.plan.chains[0].instructions:
+        for instruction, step in zip(self.plan.chains[0].instructions, plan_steps(self.plan), strict=True):
             call = instruction.instr_args
-            if call is None:  # an instruction whose union names no type: no serializer writes one
-                raise _Malformed(f"instruction {self.step + 1} has no arguments")
-            kind = type(call).__name__
             self.step += 1
-            self.step_ops.append(self.operator_name(call) if kind == "KernelCall" else kind)
-            if kind == "KernelCall":
-                self.kernel_call(call)
-            elif kind == "MoveCall":
+            self.step_ops.append(step)
+            if step == "MoveCall":
                 self.budget.read(2)
                 self.env[call.move_to] = self.tensor(call.move_from)
                 self.touch(call.move_to)
-            elif kind != "FreeCall":
-                raise ReadError(f"{kind} instructions (control flow, delegates) are not supported")
+            elif step != "FreeCall":
+                self.kernel_call(call)
         outputs = [self.tensor(i) if type(self.value(i)).__name__ == "Tensor" else None for i in self.plan.outputs]
         self.graph.output(tuple(outputs))
         return self.graph
@@ -548,6 +535,41 @@ def _plan(program: Any) -> Any:
     if plans[0].delegates:
         raise ReadError("delegated programs are not supported (the Cortex-M flow does not delegate)")
     return plans[0]
+
+
+def plan_steps(plan: Any) -> list[str]:
+    """The plan's instructions in order, as a profile of it records them: the operator's name for
+    a kernel call (`cortex_m::softmax.out`), else the instruction's kind (`MoveCall`, `FreeCall`);
+    a plan of several chains, or with instructions of another kind, is refused."""
+    if len(plan.chains) != 1:
+        raise ReadError(f"{len(plan.chains)} chains in the plan; only single-chain programs are read")
+    steps = []
+    for number, instruction in enumerate(plan.chains[0].instructions, start=1):
+        call = instruction.instr_args
+        if call is None:  # an instruction whose union names no type: no serializer writes one
+            raise _Malformed(f"instruction {number} has no arguments")
+        kind = type(call).__name__
+        if kind not in ("KernelCall", "MoveCall", "FreeCall"):
+            raise ReadError(f"{kind} instructions (control flow, delegates) are not supported")
+        steps.append(_operator_name(plan, call) if kind == "KernelCall" else kind)
+    return steps
+
+
+def _operator_name(plan: Any, call: Any) -> str:
+    if not 0 <= call.op_index < len(plan.operators):
+        return "?"
+    operator = plan.operators[call.op_index]
+    return f"{operator.name}.{operator.overload}" if operator.overload else str(operator.name)
+
+
+def pte_steps(data: bytes, limits: Limits) -> list[str]:
+    """The instructions of the `.pte` in `data` (`plan_steps`), counted before it is decoded
+    (`limits.pte_instructions`, `limits.pte_entries`), without rebuilding its graph."""
+    plan = _plan(load_pte(data, limits))
+    try:
+        return plan_steps(plan)
+    except _Malformed as exc:
+        raise ReadError(f"not a valid .pte program: {exc}") from None
 
 
 def program_view(program: Any, limits: Limits | None = None) -> Any:

@@ -312,20 +312,43 @@ def _input(path: str | None, what: str, config: Config, named: str = "") -> byte
 
 def _through_etrecord(path: Path, config: Config, options: RunOptions) -> Callable[..., Any]:
     """How a `.pt2`'s lowering is measured by a profile of the `.pte` `--fix` wrote from it: through
-    that fix's ETRecord (`--etrecord`, else `<name>.etrecord` beside the `.pt2`, where `--fix` writes it)."""
-    from qlint.graph.profile import ProfileError, measured_through, read_etrecord, read_profile
+    that fix's ETRecord (`--etrecord`, else `<name>.etrecord` beside the `.pt2`, where `--fix` writes it),
+    the profile held to the instructions of the `.pte` written with it (`<name>.pte` beside it)."""
+    from qlint.graph.profile import (
+        ProfileError,
+        check_profile,
+        check_record,
+        measured_through,
+        read_etrecord,
+        read_profile,
+    )
 
     etrecord = options.etrecord or str(path.with_suffix(ETRECORD_SUFFIX))
     if not Path(etrecord).exists() and options.etrecord is None:
         raise ProfileError(f"a profile of a .pt2 maps to it through the ETRecord `qlint check --fix` wrote; "
                            f"{printable(etrecord)} does not exist (--etrecord FILE)")
     named = f"ETRecord {printable(etrecord)}: "
+    pte = str(Path(etrecord).with_suffix(".pte"))
     try:
-        record = read_etrecord(_input(etrecord, "ETRecord", config, named) or b"", config.limits)
+        record = read_etrecord(_input(etrecord, "ETRecord", config) or b"", config.limits)
+        steps = _instructions(pte, config)
+        check_record(record, steps, printable(pte))
     except ProfileError as exc:
-        raise ProfileError(str(exc) if str(exc).startswith(named) else named + str(exc)) from None
+        raise ProfileError(named + str(exc)) from None
     profile = read_profile(_input(options.profile, "ETDump", config) or b"", config.limits)
+    check_profile(profile, steps, f"{printable(pte)}, the .pte written with the ETRecord")
     return functools.partial(measured_through, profile, record)
+
+
+def _instructions(pte: str, config: Config) -> list[str]:
+    """The instructions of the `.pte` written with an ETRecord, or a ProfileError naming it."""
+    from qlint.graph.profile import ProfileError
+    from qlint.graph.pte import pte_steps
+
+    try:
+        return pte_steps(_input(pte, ".pte", config) or b"", config.limits)
+    except ReadError as exc:
+        raise ProfileError(f"the .pte written with it, {printable(pte)}: {exc}") from None
 
 
 @contextlib.contextmanager

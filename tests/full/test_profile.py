@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
+import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, run_json
+from conftest import main_json, run_cli, run_json
 
 KINDS = {"KernelCall": "OPERATOR_CALL", "MoveCall": "MOVE_CALL", "FreeCall": "FREE_CALL"}
 Cycles = Callable[[int, int], int]  # (run, instruction) -> cycles
@@ -125,7 +127,7 @@ def test_fix_writes_an_etrecord_that_ties_a_profile_to_the_program(
     code, data = run_json(["check", str(source), "--profile", str(profile), "--etrecord", str(record)], capsys)
     [stats] = data["artifacts"]
     assert code == 1 and stats["cycles"] == sum(medians) and stats["measured_runs"] == 3
-    handles = json.loads(__import__("zipfile").ZipFile(record).read("debug_handle_map"))["forward"]
+    handles = json.loads(zipfile.ZipFile(record).read("debug_handle_map"))["forward"]
     matmuls = [c for c in stats["costliest"] if c["what"].startswith("quantized_batch_matmul")]
     assert sorted(c["amount"] for c in matmuls) == sorted(
         1_090 + 37 * int(i) for i in handles if kinds[int(i)] == "KernelCall" and int(i) in (5, 9))
@@ -140,19 +142,14 @@ def test_fix_writes_an_etrecord_that_ties_a_profile_to_the_program(
     run_cli(["check", "--fix", "--no-cache", "--output-dir", str(other), str(pt2_dir("make_pool"))], capsys)
     line = _refused(["check", str(source), "--profile", str(profile), "--etrecord",
                      str(other / "pool.etrecord")], capsys)
-    assert f"profile {profile} is not of this program: " in line and "debug handle" in line, line
+    assert f"profile {profile} is not of this program: instruction " in line, line
+    assert f"{other / 'pool.pte'}, the .pte written with the ETRecord" in line, line
     assert "does not exist (--etrecord FILE)" in _refused(["check", str(source), "--profile", str(profile)], capsys)
     assert f"profile {profile}: ETRecord {profile}: not an ETRecord: not a zip archive" in _refused(
         ["check", str(source), "--profile", str(profile), "--etrecord", str(profile)], capsys)
     # An edge program that is not the shape torch writes names no operators: read as absent, never a traceback.
-    import zipfile
-
-    odd = tmp_path / "odd.etrecord"
-    with zipfile.ZipFile(record) as given, zipfile.ZipFile(odd, "w") as written:
-        for name in given.namelist():
-            body = given.read(name)
-            odd_graph = name == "edge_dialect_exported_program/forward"
-            written.writestr(name, b'{"graph_module": [1]}' if odd_graph else body)
+    odd_graph = {"edge_dialect_exported_program/forward": b'{"graph_module": [1]}'}
+    odd = _etrecord_beside(record, tmp_path / "odd", odd_graph, pte)
     code, data = run_json(["check", str(source), "--profile", str(profile), "--etrecord", str(odd)], capsys)
     assert code == 1 and data["artifacts"][0]["cycles"] == sum(medians)
     assert f"profile {tmp_path / 'none'}: no such file" in _refused(
@@ -240,7 +237,7 @@ def test_a_profile_of_another_program_is_refused_in_one_line(
     pte, _, kinds = plain_profile
     cases: dict[str, tuple[list[list[Any]], str]] = {
         "past the plan": (runs_of([*kinds, "KernelCall"], varied, 1),
-                          f"instruction {len(kinds)} is past the program's {len(kinds)} instructions"),
+                          f"instruction {len(kinds)} is past the {len(kinds)} instructions of the program"),
         "a kernel call missing": (
             [[e for e in runs_of(kinds, varied, 1)[0] if e.profile_event.instruction_id != 2
               or e.profile_event.chain_index == -1]],
@@ -260,6 +257,173 @@ def test_a_profile_of_another_program_is_refused_in_one_line(
         profile.write_bytes(etdump(runs))
         line = _refused(["check", str(pte), "--profile", str(profile)], capsys)
         assert said in line and line.startswith(f"qlint: error: {pte}: profile {profile}"), (case, line)
+
+
+@pytest.fixture(scope="module")
+def fixed_attention(pt2_dir: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
+                    ) -> tuple[Path, Path, Path]:
+    """The attention example's `.pt2`, and the `.pte` and ETRecord `--fix` wrote from it."""
+    folder = tmp_path_factory.mktemp("fixed")
+    source = pt2_dir("make_attention")
+    code, _ = main_json(["check", "--fix", "--no-cache", "--output-dir", str(folder), str(source)])
+    assert code == 0
+    return source, folder / "attention.pte", folder / "attention.etrecord"
+
+
+def test_through_the_etrecord_a_profile_is_held_to_the_pte_written_with_it(
+        fixed_attention: tuple[Path, Path, Path], attention_plan: tuple[Path, Any], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """What the `.pte` path refuses, the ETRecord path refuses: the profile is checked against the
+    instructions of the `.pte` beside the ETRecord, by the same check."""
+    source, pte, record = fixed_attention
+    kinds, unfixed = instructions(pte), instructions(attention_plan[0])
+    handles = {int(i) for i in json.loads(zipfile.ZipFile(record).read("debug_handle_map"))["forward"]}
+    unmapped = next(i for i, kind in enumerate(kinds) if kind == "KernelCall" and i not in handles)
+    run = runs_of(kinds, varied, 1)[0]
+    written = f"{pte}, the .pte written with the ETRecord"
+    assert len(unfixed) > len(kinds) and kinds.count("KernelCall") == len(kinds)
+    cases: dict[str, tuple[list[list[Any]], str]] = {
+        "every event a move": (runs_of(["MoveCall"] * len(kinds), varied, 1),
+                               f"instruction 0 is cortex_m::quantize_per_tensor.out in {written}; "
+                               "the profile records MOVE_CALL there"),
+        "the unfixed program": (runs_of(unfixed, varied, 1),
+                                f"instruction {len(kinds)} is past the {len(kinds)} instructions of {written}"),
+        "an event on instruction 2**31 - 1": ([[*run, profile_event("OPERATOR_CALL", 0, 2**31 - 1, 1, 2)]],
+                                              f"instruction 2147483647 is past the {len(kinds)} instructions "
+                                              f"of {written}"),
+        "a kernel call the ETRecord maps to no node, without its event": (
+            [[e for e in run if e.profile_event.instruction_id != unmapped or e.profile_event.chain_index == -1]],
+            f"instruction {unmapped} (cortex_m::{operators(pte)[unmapped]}.out) has no OPERATOR_CALL event: "
+            f"the profile is not of {written}, or the runner's event buffer was full"),
+    }
+    config = tmp_path / ".qlint.yaml"
+    config.write_text("budgets: {cycles: 1}\n")  # the estimate fails it: a profile that measures nothing passed it
+    for case, (runs, said) in cases.items():
+        profile = tmp_path / f"{case.replace(' ', '_')}.etdump"
+        profile.write_bytes(etdump(runs))
+        line = _refused(["check", "--config", str(config), str(source), "--profile", str(profile),
+                         "--etrecord", str(record)], capsys)
+        assert line.startswith(f"qlint: error: {source}: profile {profile} is not of this program: "), (case, line)
+        assert said in line, (case, line)
+
+
+def _etrecord_beside(record: Path, folder: Path, replaced: dict[str, bytes], pte: Path | None) -> Path:
+    """A copy of the ETRecord `record` in `folder` with the entries `replaced`, and `pte` copied beside it."""
+    folder.mkdir()
+    copy = folder / record.name
+    with zipfile.ZipFile(record) as given, zipfile.ZipFile(copy, "w") as written:
+        for name in given.namelist():
+            written.writestr(name, replaced.get(name, given.read(name)))
+    if pte is not None:
+        (folder / pte.name).write_bytes(pte.read_bytes())
+    return copy
+
+
+def test_an_etrecord_that_is_not_of_the_pte_beside_it_is_refused_in_one_line(
+        fixed_attention: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The ETRecord is held to the `.pte` beside it, as `--fix` writes them: an instruction it maps must be
+    a kernel call there of an operator its handles' nodes call; it must map one; the `.pte` must be there."""
+    source, pte, record = fixed_attention
+    profile = tmp_path / "run.etdump"
+    profile.write_bytes(etdump(runs_of(instructions(pte), varied, 1)))
+
+    def mapped(entries: dict[str, Any]) -> dict[str, bytes]:
+        return {"debug_handle_map": json.dumps({"forward": entries}).encode()}
+
+    softmax = next(int(i) for i, op in enumerate(operators(pte)) if op == "softmax")
+    cases: dict[str, tuple[dict[str, bytes], bool, str]] = {
+        "an empty map": (mapped({}), True,
+                         "not a valid ETRecord: its debug_handle_map maps no instruction to the program's nodes"),
+        "no .pte": ({}, False, "the .pte written with it, {pte}: no such file"),
+        "an instruction past the .pte": (mapped({"40": 1}), True, "instruction 40, which it maps to debug handles, "
+                                         "is past the 11 instructions of {pte}, the .pte written with it"),
+        "another operator": (mapped({str(softmax): 1}), True,
+                             f"instruction {softmax} calls quantize_per_tensor in it, cortex_m::softmax.out in "
+                             "{pte}, the .pte written with it"),
+    }
+    assert instructions(pte) == ["KernelCall"] * 11  # so an operator's index is its instruction's
+    for case, (replaced, beside, said) in cases.items():
+        copy = _etrecord_beside(record, tmp_path / case.replace(" ", "_"), replaced, pte if beside else None)
+        line = _refused(["check", str(source), "--profile", str(profile), "--etrecord", str(copy)], capsys)
+        expected = said.replace("{pte}", str(copy.with_suffix(".pte")))
+        assert line == f"qlint: error: {source}: profile {profile}: ETRecord {copy}: {expected}", (case, line)
+
+
+def test_etrecord_keys_that_are_no_instruction_index_are_refused_in_one_line(
+        fixed_attention: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`str.isdigit` takes `²`, which `int` refuses, and Python's int conversion refuses 5,000 digits:
+    a `debug_handle_map` key or handle that is no instruction index is one line, never an internal error."""
+    source, pte, record = fixed_attention
+    profile = tmp_path / "run.etdump"
+    profile.write_bytes(etdump(runs_of(instructions(pte), varied, 1)))
+    cases = {
+        "a superscript key": (b'{"forward": {"\\u00b2": 1}}', "debug_handle_map entry '\u00b2' is not an "
+                              "instruction's debug handles"),
+        "a 5,000-digit key": (b'{"forward": {"' + b"1" * 5000 + b'": 1}}',
+                              f"debug_handle_map entry {'1' * 20!r} is not an instruction's debug handles"),
+        "a 5,000-digit handle": (b'{"forward": {"0": ' + b"1" * 5000 + b"}}",
+                                 "its debug_handle_map or edge program is not JSON"),
+    }
+    for case, (mapped, said) in cases.items():
+        copy = _etrecord_beside(record, tmp_path / case.replace(" ", "_"), {"debug_handle_map": mapped}, pte)
+        line = _refused(["check", str(source), "--profile", str(profile), "--etrecord", str(copy)], capsys)
+        assert line == f"qlint: error: {source}: profile {profile}: ETRecord {copy}: not a valid ETRecord: {said}", case
+
+
+def test_an_edge_program_debug_handle_that_is_no_index_is_read_as_absent(
+        fixed_attention: tuple[Path, Path, Path]) -> None:
+    """`str.isdigit` takes `²` and `int` refuses it; Python's int conversion refuses 5,000 digits: either,
+    as a node's debug handle in the edge program, names no handle (never an internal error)."""
+    from qlint.graph.profile import read_etrecord
+    from qlint.io.limits import Limits
+
+    _, _, record = fixed_attention
+    entry = "edge_dialect_exported_program/forward"
+    graph = json.loads(zipfile.ZipFile(record).read(entry))
+    nodes = graph["graph_module"]["graph"]["nodes"]
+    first = next(n for n in nodes if n.get("metadata", {}).get("debug_handle") == "1")
+    honest = read_etrecord(record.read_bytes(), Limits())
+    for odd in ("\u00b2", "1" * 5000):
+        first["metadata"]["debug_handle"] = odd
+        written = Path(str(record) + ".odd")
+        with zipfile.ZipFile(record) as given, zipfile.ZipFile(written, "w") as copy:
+            for name in given.namelist():
+                copy.writestr(name, json.dumps(graph).encode() if name == entry else given.read(name))
+        read = read_etrecord(written.read_bytes(), Limits())
+        assert read.handles == honest.handles
+        assert read.ops == {h: ops for h, ops in honest.ops.items() if h != 1}, odd
+
+
+def test_an_event_longer_than_a_32_bit_counter_measures_is_refused_as_it_is_read(
+        plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An op measured at 2**63 cycles once crashed the time plot (OverflowError) and wrote metrics
+    `--compare` refuses: the profile is refused as it is read, so no figure carries it."""
+    pte, _, kinds = plain_profile
+    plot = tmp_path / "time.svg"
+    for took in (2**63, 2**32):
+        profile = tmp_path / f"{took}.etdump"
+        profile.write_bytes(etdump(runs_of(kinds, lambda run, index, took=took: took if index == 3 else 100, 1)))
+        code, _, err = run_cli(["check", str(pte), "--profile", str(profile), "--write", f"time-plot:{plot}"], capsys)
+        assert code == 2 and "Traceback" not in err and "internal error" not in err, err
+        assert err.splitlines()[0] == (f"qlint: error: {pte}: profile {profile}: run 1's event on instruction 3 "
+                                       f"spans {took:,} cycles: a 32-bit cycle counter measures at most 4,294,967,295")
+        assert not plot.exists()
+
+
+def test_a_profile_whose_cycles_sum_past_what_figures_hold_exactly_is_refused(
+        plain_profile: tuple[Path, Path, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each event is under 2**32 cycles, so only a profile of over 2**21 instructions (a raised
+    `profile_entries`) sums past 2**53: the bound lowered here to reach it with a small one."""
+    from qlint.graph import profile as module
+    from qlint.io.limits import Limits
+
+    _, profile, kinds = plain_profile
+    total = sum(100 * (i + 1) for i in range(len(kinds)))
+    monkeypatch.setattr(module, "MAX_AMOUNT", total - 1)
+    with pytest.raises(module.ProfileError) as refused:
+        module.read_profile(profile.read_bytes(), Limits())
+    assert str(refused.value) == (f"its instructions measure {total:,} cycles together, over 2**53: "
+                                  "no figure compares exactly past it")
 
 
 def _shared_event_bomb(count: int) -> bytes:
@@ -299,7 +463,7 @@ def test_hostile_profiles_are_refused_before_they_are_decoded(
     pte, honest, _ = plain_profile
     data = honest.read_bytes()
     cases = {
-        "bomb": (_shared_event_bomb(200_001), "holds over 200000 events, tables and values "
+        "bomb": (_shared_event_bomb(200_001), "holds over 200000 runs and events "
                                               "(limits.profile_entries in .qlint.yaml)"),
         "truncated": (data[:-9], "its size prefix is not its length"),
         "not an etdump": (b"\x10\x00\x00\x00" + b"\x08\x00\x00\x00ET12" + bytes(8), "not an ETDump: no size-prefixed"),
@@ -316,8 +480,69 @@ def test_hostile_profiles_are_refused_before_they_are_decoded(
     profile.write_bytes(small)
     config = tmp_path / ".qlint.yaml"
     config.write_text("limits: {profile_entries: 40}\n")
-    assert "holds over 40 events" in _refused(["check", "--config", str(config), str(pte), "--profile", str(profile)],
-                                              capsys)
+    assert "holds over 40 runs and events" in _refused(
+        ["check", "--config", str(config), str(pte), "--profile", str(profile)], capsys)
+
+
+def _fat_event_bomb(count: int, fat: int = 330) -> bytes:
+    """A valid ETDump whose one run lists `count` times one event whose strings are `fat` control
+    characters each: every character six bytes of JSON (`\\u0001`), every reference decoded anew."""
+    import flatbuffers
+
+    builder = flatbuffers.Builder(1024)
+    text = "\x01" * fat
+    name, block = builder.CreateString("Method::execute"), builder.CreateString("Execute")
+    strings = [builder.CreateString(text) for _ in range(3)]
+    builder.StartObject(8)  # ProfileEvent, not an instruction's: chain -1
+    builder.PrependUOffsetTRelativeSlot(0, name, 0)
+    builder.PrependInt32Slot(1, -1, 0)
+    builder.PrependUOffsetTRelativeSlot(4, strings[0], 0)
+    profile = builder.EndObject()
+    builder.StartObject(6)  # DebugEvent
+    builder.PrependUOffsetTRelativeSlot(4, strings[1], 0)
+    builder.PrependUOffsetTRelativeSlot(5, strings[2], 0)
+    debug = builder.EndObject()
+    builder.StartObject(3)  # Event
+    builder.PrependUOffsetTRelativeSlot(0, profile, 0)
+    builder.PrependUOffsetTRelativeSlot(2, debug, 0)
+    event = builder.EndObject()
+    builder.StartVector(4, count, 4)
+    for _ in range(count):
+        builder.PrependUOffsetTRelative(event)
+    events = builder.EndVector()
+    builder.StartObject(4)  # RunData
+    builder.PrependUOffsetTRelativeSlot(0, block, 0)
+    builder.PrependUOffsetTRelativeSlot(3, events, 0)
+    run = builder.EndObject()
+    builder.StartVector(4, 1, 4)
+    builder.PrependUOffsetTRelative(run)
+    runs = builder.EndVector()
+    builder.StartObject(2)  # ETDump
+    builder.PrependUOffsetTRelativeSlot(1, runs, 0)
+    root = builder.EndObject()
+    builder.FinishSizePrefixed(root, file_identifier=b"ED00")
+    return bytes(builder.Output())
+
+
+def test_a_profile_costs_its_events_not_what_its_strings_decode_to(
+        plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An 800 KB ETDump listing one event with strings of control characters 199,900 times decoded, as
+    JSON, to gigabytes (208 s, 2.2 GiB): it is read in about a second, each event's name only."""
+    from qlint.graph.profile import ProfileError, read_profile
+    from qlint.io.limits import Limits
+
+    pte = plain_profile[0]
+    data = _fat_event_bomb(199_900)
+    assert 790_000 < len(data) < 810_000
+    started = time.perf_counter()
+    with pytest.raises(ProfileError, match=r"^no instruction events \(OPERATOR_CALL\)"):
+        read_profile(data, Limits())
+    assert time.perf_counter() - started < 10
+    profile = tmp_path / "fat.etdump"
+    profile.write_bytes(data)
+    assert _refused(["check", str(pte), "--profile", str(profile)], capsys) == (
+        f"qlint: error: {pte}: profile {profile}: no instruction events (OPERATOR_CALL): "
+        "record it with the runner's event tracer on")
 
 
 def test_profile_needs_one_pte(plain_profile: tuple[Path, Path, list[str]], pt2_dir: Callable[[str], Path],
