@@ -70,6 +70,16 @@ def test_sizes_print_exactly() -> None:
     ("target_cpu: cortex-m4\nboard: nrf5340-dk\n", 1, "target_cpu", "'cortex-m4', but `board: nrf5340-dk` is a "
      "cortex-m33: drop one of them"),
     ("coverage_by: cycles\n", 1, "coverage_by", "'cycles' is not one of ops, time"),
+    # An FPU only on a core whose architecture has one: the cost table has no FPU timings for the others.
+    ("boards:\n  mine: {sram: 1KiB, flash: 1KiB,\n         fpu: true, cpu: cortex-m0}\n", 3, "boards.mine.fpu",
+     "true, but a cortex-m0 has no FPU: drop it, or correct `cpu`"),
+    ("target_cpu: cortex-m3\nboard: mine\nboards:\n  mine: {sram: 1KiB, flash: 1KiB, fpu: true}\n", 2, "board",
+     "board mine says it has an FPU (fpu: true), and a cortex-m3 has none"),
+    ("target_cpu: cortex-m23\ntargets:\n  - {factory: m:f, board: mine}\nboards:\n  mine: {sram: 1KiB, flash: 1KiB, "
+     "fpu: true}\n", 3, "targets.board", "board mine says it has an FPU (fpu: true), and a cortex-m23 has none"),
+    # A board has a name: an empty one would select no board.
+    ("boards:\n  '': {sram: 1KiB, flash: 1KiB}\n", 2, "boards.", "a board needs a name"),
+    ("board: ''\n", 1, "board", "unknown board ''"),
 ])
 def test_budget_mistakes_are_one_line_naming_file_line_and_key(tmp_path: Path, text: str, line: int, key: str,
                                                                message: str) -> None:
@@ -126,6 +136,38 @@ def test_the_simplest_form_resolves_per_target_and_per_file_with_boards(tmp_path
     assert board.limits["sram"].origin.startswith("board my-board (budgets.per_file.models/kws*.pt2 in .qlint.yaml:5")
     assert {k: v.value for k, v in config.budgets.resolve("other.pt2").limits.items()} == {"sram": 65536,
                                                                                             "flash": 262144}
+
+
+def test_a_board_and_a_cpu_that_disagree_on_the_fpu_are_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import run_cli
+
+    model = tmp_path / "m.pt2"
+    model.write_bytes(b"")
+    code, out, err = run_cli(["check", "--board", "ek-ra8d1", "--target-cpu", "cortex-m3", str(model)], capsys)
+    assert (code, out, err) == (2, "", "qlint: --board: board ek-ra8d1 says it has an FPU (fpu: true), and a "
+                                       "cortex-m3 has none: name a board and a CPU that agree\n")
+    config = write(tmp_path, "board: ek-ra8d1\n")  # the config's board, the command line's CPU
+    code, out, err = run_cli(["check", "--config", str(config), "--target-cpu", "cortex-m0", str(model)], capsys)
+    assert (code, err) == (2, "qlint: --target-cpu: board ek-ra8d1 says it has an FPU (fpu: true), and a cortex-m0 "
+                              "has none: name a board and a CPU that agree\n")
+    # a target's board, taken with the command line's CPU as the engine takes it
+    config = write(tmp_path, "targets:\n  - {factory: m:f, board: mine}\nboards:\n  mine: {sram: 1KiB, flash: 1KiB, "
+                             "fpu: true}\n")
+    code, out, err = run_cli(["check", "--config", str(config), "--target-cpu", "cortex-m0plus", "--targets-only"],
+                             capsys)
+    assert (code, err) == (2, "qlint: --target-cpu: board mine says it has an FPU (fpu: true), and a cortex-m0plus "
+                              "has none: name a board and a CPU that agree\n")
+    # a board without an FPU takes any CPU; an FPU-less CPU on its own is soft float
+    assert load_config(config).with_board("raspberry-pi-pico", "cortex-m55").target_cpu == "cortex-m55"
+
+
+def test_an_empty_board_name_is_refused_not_read_as_no_board(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import run_cli
+
+    code, out, err = run_cli(["check", "--board", "", str(tmp_path)], capsys)
+    assert (code, out, err) == (2, "", "qlint: --board: needs a board name (`qlint boards` lists them)\n")
 
 
 def test_every_board_row_has_its_figures_and_a_source() -> None:

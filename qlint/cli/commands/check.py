@@ -104,15 +104,28 @@ def _config(args: argparse.Namespace) -> Config | None:
 
     try:
         config = named_or_found(args.config)
-        if args.board is not None:
-            config = config.with_board(args.board, args.target_cpu)
-        return config.with_overrides(target_cpu=args.target_cpu, select=args.select, ignore=args.ignore)
     except ConfigError as exc:
         say(f"qlint: config error: {printable(str(exc))}")
         return None
-    except ValueError as exc:  # --board names no board
-        say(f"qlint: --board: {exc}")
+    try:
+        return _with_board(config, args)
+    except ValueError as exc:  # --board names no board, or a board and a CPU that disagree
+        say(f"qlint: {'--board' if args.board is not None else '--target-cpu'}: {exc}")
         return None
+
+
+def _with_board(config: Config, args: argparse.Namespace) -> Config:
+    """`config` for `--board` (else its own `board:`) and `--target-cpu`, each board a target names
+    tried as the engine will take it, so that a board and a CPU that disagree (an FPU on a core
+    without one) are refused here, not mid-run. Raises ValueError."""
+    board = args.board if args.board is not None else config.board
+    if board is not None:
+        config = config.with_board(board, args.target_cpu)
+    config = config.with_overrides(target_cpu=args.target_cpu, select=args.select, ignore=args.ignore)
+    for target in config.targets:
+        if target.board is not None:
+            config.with_board(target.board)
+    return config
 
 
 def _run_options(args: argparse.Namespace, config: Config) -> RunOptions | None:
