@@ -57,7 +57,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _codes(value: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in value.split(",") if v.strip())
+    codes = tuple(v.strip() for v in value.split(",") if v.strip())
+    if not codes:  # an empty --select would select every rule, or none: neither is what was written
+        raise argparse.ArgumentTypeError(f"{value!r} names no rule code")
+    return codes
 
 
 def _shard(value: str) -> tuple[int, int]:
@@ -93,8 +96,12 @@ def _write_spec(value: str) -> tuple[str, Path]:
 
 def _selection_options(check: argparse.ArgumentParser) -> None:
     """Which rules run."""
-    check.add_argument("--select", type=_codes, help="comma-separated rule codes or prefixes to enable")
-    check.add_argument("--ignore", type=_codes, help="comma-separated rule codes or prefixes to disable")
+    check.add_argument("--select", type=_codes, action="extend",
+                       help="comma-separated rule codes or prefixes to enable instead of the config's selection")
+    check.add_argument("--extend-select", type=_codes, action="extend",
+                       help="comma-separated rule codes or prefixes to enable on top of the config's selection")
+    check.add_argument("--ignore", type=_codes, action="extend",
+                       help="comma-separated rule codes or prefixes to disable, besides the config's ignore")
 
 
 def _output_options(check: argparse.ArgumentParser) -> None:

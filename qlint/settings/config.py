@@ -126,11 +126,27 @@ class Config:
 
     def severity(self, code: Code) -> Severity:
         """Effective severity: off when deselected, else the config's or the catalog's."""
-        if self.select and not any(code.startswith(s) for s in self.select):
-            return Severity.OFF
-        if any(code.startswith(s) for s in self.ignore):
+        if not self.selects(code):
             return Severity.OFF
         return self.severities.get(code) or Severity(load_catalog()[code].default_severity)
+
+    def selects(self, code: Code) -> bool:
+        """Whether `select` and `ignore` leave rule `code` on: selected (no `select` selects every
+        rule) and not ignored; an ignore wins over a select beside it."""
+        return (not self.select or _matches(code, self.select)) and not _matches(code, self.ignore)
+
+    def with_selection(self, select: tuple[str, ...] | None, extend_select: tuple[str, ...] = (),
+                       ignore: tuple[str, ...] = ()) -> Config:
+        """This config with the command line's selection layered on it, as ruff layers them: `--select`
+        starts the selection anew (the config's `select` and `ignore` no longer apply), `--extend-select`
+        adds to it, `--ignore` takes from it (and wins over the two beside it). The result is written
+        as the rules it leaves off."""
+        if select is None and not extend_select and not ignore:
+            return self
+        on = {code for code in Code if (_matches(code, select) if select is not None else self.selects(code))
+              or _matches(code, extend_select)}
+        off = tuple(code for code in Code if code not in on or _matches(code, ignore))
+        return replace(self, select=(), ignore=off)
 
     def enabled(self, code: Code) -> bool:
         """Whether rule `code` runs at all: a deselected rule costs nothing."""
@@ -161,6 +177,11 @@ class Config:
         if problem:
             raise ValueError(problem)
         return replace(self, board=name, target_cpu=target_cpu)
+
+
+def _matches(code: Code, selectors: tuple[str, ...]) -> bool:
+    """Whether one of `selectors` (codes or prefixes) names rule `code`."""
+    return any(code.startswith(s) for s in selectors)
 
 
 def find_repo_root(start: Path) -> Path:
@@ -569,7 +590,8 @@ target_cpu: cortex-m55
 include: ["**/*.pt2", "**/*.pte"]
 exclude: []
 
-# Rule selection, ruff-style: codes or code prefixes.
+# Rule selection, ruff-style: codes or code prefixes; an ignore wins over a select. On the command
+# line --select replaces this selection, --extend-select and --ignore add to it.
 # select: [QL001, QL002]
 # ignore: [QL005]
 

@@ -70,6 +70,9 @@ def qlint(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
         (["rules", "--bogus\nline"], ["unrecognized arguments: --bogus\\nline", "Run 'qlint rules --help' for usage."]),
         (["check", "--select", "QL999", "."], [f"argument --select: unknown rule code 'QL999' {KNOWN}", CHECK_HELP]),
         (["check", "--ignore", "QL001,XX", "."], [f"argument --ignore: unknown rule code 'XX' {KNOWN}", CHECK_HELP]),
+        (["check", "--extend-select", "QL9", "."], [f"argument --extend-select: unknown rule code 'QL9' {KNOWN}",
+                                                    CHECK_HELP]),
+        (["check", "--select", " , ", "."], ["argument --select: ' , ' names no rule code", CHECK_HELP]),
         (["check", "--output-format", "xml", "."], [
             "argument --output-format: invalid choice: 'xml' (choose from 'text', 'json', 'github', 'sarif', "
             "'markdown')", CHECK_HELP]),
