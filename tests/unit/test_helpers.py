@@ -13,6 +13,7 @@ from qlint.io.reads import ReadError, printable
 from qlint.records.source import _is_framework, user_frame
 from qlint.run.engine import plan_work
 from qlint.settings.config import Config, Target
+from qlint.settings.options import FixOptions, RunOptions
 
 LIMITS = Limits(file_mb=1, entry_mb=1, tensor_mb=1)
 
@@ -47,6 +48,20 @@ def test_plan_work_shards_partition_by_name(tmp_path: Path) -> None:
     names = sorted(w.name for shard in shards for w in shard)
     assert names == sorted(w.name for w in everything)
     assert not {w.name for w in shards[0]} & {w.name for w in shards[1]}
+
+
+def test_a_folder_walk_passes_over_the_files_the_mode_does_not_take(tmp_path: Path) -> None:
+    """`--fix models/` after a first fix wrote `a.pte` beside `a.pt2`, and `--static` on a folder of
+    both: the walk leaves the `.pte` files out; one named on the command line is still read (and refused)."""
+    for name in ("a.pt2", "a.pte", "sub/b.pte", "sub/b.pt2"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    named = tmp_path / "a.pte"
+    for options in (RunOptions(fix=FixOptions()), RunOptions(static=True), RunOptions(fix=FixOptions(dry_run=True))):
+        work, errors = plan_work([tmp_path, named], [], Config(), options=options)
+        assert errors == [] and [w.path for w in work] == [tmp_path / "a.pt2", tmp_path / "sub/b.pt2", named]
+    work, _ = plan_work([tmp_path], [], Config(), options=RunOptions())  # the full check takes both
+    assert [w.path for w in work] == [tmp_path / n for n in ("a.pt2", "a.pte", "sub/b.pt2", "sub/b.pte")]
 
 
 def test_read_zip_refuses_duplicates_and_inflation() -> None:
