@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from qlint import __version__
-from qlint.cli.commands.boards import cmd_boards
+from qlint.cli.commands.boards import BOARD_FORMATS, cmd_boards
 from qlint.cli.commands.check import cmd_check
 from qlint.cli.commands.init import cmd_init
 from qlint.cli.commands.rule import cmd_rule
@@ -57,7 +57,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _codes(value: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in value.split(",") if v.strip())
+    codes = tuple(v.strip() for v in value.split(",") if v.strip())
+    if not codes:  # an empty --select would select every rule, or none: neither is what was written
+        raise argparse.ArgumentTypeError(f"{value!r} names no rule code")
+    return codes
 
 
 def _shard(value: str) -> tuple[int, int]:
@@ -93,8 +96,12 @@ def _write_spec(value: str) -> tuple[str, Path]:
 
 def _selection_options(check: argparse.ArgumentParser) -> None:
     """Which rules run."""
-    check.add_argument("--select", type=_codes, help="comma-separated rule codes or prefixes to enable")
-    check.add_argument("--ignore", type=_codes, help="comma-separated rule codes or prefixes to disable")
+    check.add_argument("--select", type=_codes, action="extend",
+                       help="comma-separated rule codes or prefixes to enable instead of the config's selection")
+    check.add_argument("--extend-select", type=_codes, action="extend",
+                       help="comma-separated rule codes or prefixes to enable on top of the config's selection")
+    check.add_argument("--ignore", type=_codes, action="extend",
+                       help="comma-separated rule codes or prefixes to disable, besides the config's ignore")
 
 
 def _output_options(check: argparse.ArgumentParser) -> None:
@@ -230,6 +237,10 @@ def build_parser() -> _Parser:
     boards = sub.add_parser("boards", help="list the boards a budget can name, with their SRAM and flash")
     boards.add_argument("--config", type=Path, help="config file whose own `boards:` to list too "
                         "(default: .qlint.yaml here or above)")
+    boards.add_argument("--output-format", choices=BOARD_FORMATS, default="text",
+                        help="json: every field of every board, its sources included")
+    boards.add_argument("-v", "--verbose", action="store_true",
+                        help="print where each board's figures come from under the table")
     init = sub.add_parser("init", help="write a commented default .qlint.yaml")
     init.add_argument("path", nargs="?", type=Path, default=Path(".qlint.yaml"))
     parser.commands = {"check": check, "rule": rule, "rules": rules, "boards": boards, "init": init}
@@ -289,7 +300,7 @@ def _dispatch(argv: list[str]) -> int:
     if args.command == "rule":
         return cmd_rule(args.code)
     if args.command == "boards":
-        return cmd_boards(args.config)
+        return cmd_boards(args.config, args.output_format, args.verbose)
     if args.command == "init":
         return cmd_init(args.path)
     return cmd_check(args)

@@ -109,11 +109,13 @@ def core_of(config: Config) -> Core:
 
 def core_for(cpu: str, fpu: bool | None = None, clock_hz: int | None = None, flash_read: float = 0.0) -> Core:
     """The core of `cpu`: the CMSIS-NN backend the pinned ExecuTorch builds for it, its FPU (the
-    architecture's default unless a board says), its clock and flash read cost when a board gives them."""
+    architecture's default unless a board says; a board cannot give one to a core whose architecture
+    has none, which the config and the command line refuse: `boards.fpu_error`), its clock and flash
+    read cost when a board gives them."""
     from qlint.graph.lowering import target_config
 
     backend = target_config(cpu).backend.name.lower()
-    return Core(cpu, backend, default_fpu(cpu) if fpu is None else fpu, clock_hz, flash_read)
+    return Core(cpu, backend, default_fpu(cpu) and fpu is not False, clock_hz, flash_read)
 
 
 def _tensor(value: object) -> torch.Tensor | None:

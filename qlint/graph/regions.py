@@ -25,7 +25,7 @@ from qlint.graph.validity import float_reads_of
 from qlint.graph.view import Constant, GraphView, Kind, base_name, op_name
 from qlint.io.limits import MAX_WALK_NODES
 from qlint.records.source import locate
-from qlint.rules.builders import factor
+from qlint.rules.builders import factor, unfit_constant
 from qlint.rules.ops import OFFSET_OPS, SCALE_OPS
 from qlint.rules.qparams import QParams
 from qlint.rules.steps import NotAStep, Operand, Step, scale_step
@@ -309,9 +309,7 @@ def _step(view: GraphView, node: Node, base: str, inside: set[Node], max_element
                 f"folds it{made}; {cause_of(node, view.as_quantized)}")
     if found == NotAStep.PER_CHANNEL:
         return f"per-channel constant {constant.name} ({constant.numel} elements); {cause_of(node, view.as_quantized)}"
-    if base in OFFSET_OPS:  # NOT_FINITE
-        return f"constant {constant.name} is not finite"
-    return f"constant {constant.name} is zero or not finite"
+    return unfit_constant(base, constant.name)  # BY_VALUE: zero, or not finite
 
 
 def _island_region(

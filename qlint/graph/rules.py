@@ -181,7 +181,7 @@ def fp32_island(context: Context, region: Region) -> Finding:
     elements = fp32_elements(context.view, island)
     return context.factory.finding(
         Code.FP32_ISLAND,
-        f"fp32 island ({', '.join(island.ops)}), {elements} fp32 elements per inference: {region.reason}",
+        builders.fp32_island(island.ops, elements, region.reason),
         (region.anchor, *island.nodes),
         context.fixable(region),
         ops=island.ops,

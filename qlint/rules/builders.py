@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from qlint.rules.ops import SCALE_OPS, SYMBOLS
+from qlint.rules.ops import OFFSET_OPS, SCALE_OPS, SYMBOLS
 from qlint.rules.qparams import QParams
 
 # What the static tier says where only the full check can decide.
@@ -101,6 +101,17 @@ def constant_scale(
     if undecided is not None:
         details["undecided"] = undecided
     return message, details
+
+
+def fp32_island(ops: Sequence[str], fp32_elements: int, reason: str) -> str:
+    """QL002's message: the island's ops, the fp32 elements it makes per inference, why it is fp32."""
+    return f"fp32 island ({', '.join(ops)}), {fp32_elements} fp32 elements per inference: {reason}"
+
+
+def unfit_constant(op: str, name: str) -> str:
+    """Why a step's constant keeps its island in fp32 by its value alone, which either tier knows:
+    a scale of zero or one not finite, an offset not finite (`rules.steps.BY_VALUE`)."""
+    return f"constant {name} is not finite" if op in OFFSET_OPS else f"constant {name} is zero or not finite"
 
 
 def requantize(

@@ -41,6 +41,11 @@ class NotAStep(StrEnum):
     NOT_FINITE = "a constant that is not finite"
 
 
+# The refusals a constant's value alone decides: the static tier, which computes the value, says
+# them as the full check does (`builders.unfit_constant`); the others name what needs torch.
+BY_VALUE = frozenset({NotAStep.ZERO, NotAStep.NOT_FINITE})
+
+
 class StepGraph(Protocol):
     """What a tier's graph answers about an op's operands."""
 

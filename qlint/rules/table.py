@@ -70,7 +70,8 @@ _S, _N = Applicability.SAFE, Applicability.NONE
 TABLE: tuple[Row, ...] = (
     Row(Code.CONSTANT_SCALE_ISLAND, Scope.REGION, True, _S, Availability.SOMETIMES),
     # The static tier reports a QL002 only where an island's constant it cannot compute decides between
-    # QL001 and QL002 (from QL001's function); every other fp32 island needs lowering.
+    # QL001 and QL002, or where a constant's value (zero, not finite) refuses a step (from QL001's
+    # function); every other fp32 island needs lowering.
     Row(Code.FP32_ISLAND, Scope.REGION, False, _S, Availability.SOMETIMES),
     Row(Code.LOWERING_FAILED, Scope.LOWERING, False, _N, Availability.NONE),
     Row(Code.REQUANTIZE_PAIR, Scope.REGION, True, _S, Availability.SOMETIMES),

@@ -38,13 +38,17 @@ def _matches(rel: str, patterns: Iterable[str]) -> bool:
     )
 
 
-def collect(paths: list[Path], config: Config) -> tuple[list[Path], list[InputError]]:
+def collect(paths: list[Path], config: Config,
+            options: RunOptions | None = None) -> tuple[list[Path], list[InputError]]:
     """Files to check, in a stable order: explicit files as given, directories walked.
 
     Walking never follows a symlinked folder (no loops); a matching name that is
     not a regular file (a FIFO, a device, a dangling link) is an error, not a skip,
     and so is a folder that cannot be listed (too deep for the OS's path limit,
     unreadable): it may hold artifacts, and a run must not pass by not seeing them.
+    A walk passes over the files of a kind the run's mode does not take (a `.pte` under
+    `--fix`, which a first fix may have written beside its `.pt2`, or under `--static`);
+    named on the command line, such a file is an error (`_reader`).
     """
     files: list[Path] = []
     errors: list[InputError] = []
@@ -57,10 +61,16 @@ def collect(paths: list[Path], config: Config) -> tuple[list[Path], list[InputEr
                 continue
             folder = False
         if folder:
-            _walk(path, config, files, errors)
+            _walk(path, config, files, errors, options)
         else:
             files.append(path)
     return files, errors
+
+
+def _passed_over(path: Path, options: RunOptions | None) -> bool:
+    """Whether a folder walk leaves `path` out: a kind qlint reads, but not in this run's mode."""
+    reader = READERS.get(path.suffix)
+    return options is not None and reader is not None and _refusal(reader, path, options) is not None
 
 
 def _missing(exc: OSError) -> str:
@@ -70,7 +80,7 @@ def _missing(exc: OSError) -> str:
     return f"cannot read: {exc.strerror or exc}"
 
 
-def _walk(top: Path, config: Config, files: list[Path], errors: list[InputError]) -> None:
+def _walk(top: Path, config: Config, files: list[Path], errors: list[InputError], options: RunOptions | None) -> None:
     """`os.walk`'s top-down, sorted order, without its recursion (a deep tree is no RecursionError)
     or its silence about the folders it cannot list."""
     stack = [top]
@@ -89,7 +99,7 @@ def _walk(top: Path, config: Config, files: list[Path], errors: list[InputError]
                 subfolders.append(found)
                 continue
             rel = found.relative_to(top).as_posix()
-            if not _matches(rel, config.include) or _matches(rel, config.exclude):
+            if not _matches(rel, config.include) or _matches(rel, config.exclude) or _passed_over(found, options):
                 continue
             problem = _not_regular(found)
             if problem is None:
@@ -240,12 +250,20 @@ def _reader(path: Path, options: RunOptions) -> Reader:
     reader = READERS.get(path.suffix)
     if reader is None:
         raise ReadError(f"unsupported file type {path.suffix or '(none)'!r}: expected {' or '.join(READERS)}")
-    if options.fix is not None and not reader.fixable:
-        raise ReadError(f"{path.suffix} files can be checked but not fixed: fix the .pt2 it came from")
-    if options.static and not reader.static:
-        raise ReadError(f"{path.suffix} files need the full check (ExecuTorch's reader imports torch): "
-                        "qlint check without --static")
+    problem = _refusal(reader, path, options)
+    if problem is not None:
+        raise ReadError(problem)
     return reader
+
+
+def _refusal(reader: Reader, path: Path, options: RunOptions) -> str | None:
+    """Why the run's mode cannot take a file of `reader`'s kind (`--fix`, `--static`), or None."""
+    if options.fix is not None and not reader.fixable:
+        return f"{path.suffix} files can be checked but not fixed: fix the .pt2 it came from"
+    if options.static and not reader.static:
+        return (f"{path.suffix} files need the full check (ExecuTorch's reader imports torch): "
+                "qlint check without --static")
+    return None
 
 
 def lint_static_bytes(data: bytes, artifact: str, config: Config) -> Report:
@@ -500,6 +518,8 @@ def _apart(work: list[Work], config: Config, fix: FixOptions, errors: list[Input
 
     claims: dict[tuple[object, ...], dict[object, Work]] = {}
     for unit in work:
+        if not _writes_a_fix(unit):
+            continue
         identity = same_file(unit.path) if unit.path is not None else unit.name
         claims.setdefault(same_file(fix_destination(unit, config, fix)), {}).setdefault(identity, unit)
     refused: set[tuple[object, ...]] = set()
@@ -517,22 +537,30 @@ def _apart(work: list[Work], config: Config, fix: FixOptions, errors: list[Input
             problem = f"--fix would write {named[0]}: not fixed (give that output another path)"
         errors.append(InputError(first.name, problem))
         refused.add(key)
-    return [u for u in work if same_file(fix_destination(u, config, fix)) not in refused]
+    return [u for u in work if not _writes_a_fix(u) or same_file(fix_destination(u, config, fix)) not in refused]
+
+
+def _writes_a_fix(unit: Work) -> bool:
+    """Whether `--fix` writes a program for `unit`: a target, or a file of a kind it fixes (a named
+    `.pte` is refused by its reader and writes nothing, so it claims no file)."""
+    reader = READERS.get(unit.path.suffix) if unit.path is not None else None
+    return unit.path is None or (reader is not None and reader.fixable)
 
 
 def plan_work(
     paths: list[Path], targets: list[Target], config: Config, shard: tuple[int, int] | None = None,
-    fix: FixOptions | None = None, taken: Mapping[tuple[object, ...], str] | None = None,
+    options: RunOptions | None = None, taken: Mapping[tuple[object, ...], str] | None = None,
 ) -> tuple[list[Work], list[InputError]]:
     """Every file and target, in a stable order; with `shard=(i, n)` only the i-th of n slices.
 
     Slices are taken round-robin over the names sorted, so any machine that sees
-    the same inputs computes the same partition. With `fix`, units whose fixes would be written to
+    the same inputs computes the same partition. With `options.fix`, units whose fixes would be written to
     one file, or to one of the run's other outputs (`taken`), are refused before the slicing
     (`_apart`), so every shard refuses the same ones.
     """
-    files, errors = collect(paths, config)
+    files, errors = collect(paths, config, options)
     work = [Work(path=p) for p in files] + [Work(target=t) for t in targets]
+    fix = options.fix if options is not None else None
     if fix is not None and not fix.dry_run:
         work = _apart(work, config, fix, errors, taken or {})
     if shard is not None:
@@ -601,7 +629,7 @@ def run(
     from qlint.run.isolation import allow_children, stop_children
 
     options = with_inputs_root(options or RunOptions(), paths)
-    work, errors = plan_work(paths, targets, config, shard, options.fix, taken)
+    work, errors = plan_work(paths, targets, config, shard, options, taken)
     report = Report(errors=errors)
     keys = {id(w): entry(cache, config, options, target=w.target) for w in work if w.target is not None}
     answered = {id(w): hit for w in work

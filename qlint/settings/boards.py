@@ -17,6 +17,7 @@ from importlib import resources
 
 import yaml
 
+from qlint.settings.cycles import default_fpu
 from qlint.settings.sizes import parse_clock, parse_size, show_clock, show_size
 
 
@@ -45,6 +46,15 @@ def builtin_boards() -> dict[str, Board]:
                         row.get("fpu"), row.get("clock_source", ""),
                         float(row["flash_read"]) if "flash_read" in row else None, row.get("flash_read_source", ""))
             for name, row in yaml.safe_load(text).items()}
+
+
+def fpu_error(board: Board, cpu: str) -> str | None:
+    """Why `board` cannot be estimated on `cpu`: it says it has an FPU, and `cpu`'s architecture has
+    none (the cost table has no FPU timings for it, and no part of it ships one), or None."""
+    if board.fpu and not default_fpu(cpu):
+        return f"board {board.name} says it has an FPU (fpu: true), and a {cpu} has none: name a board and a CPU " \
+               "that agree"
+    return None
 
 
 def board_rows(boards: Iterable[Board]) -> list[tuple[str, str, str, str, str, str, str]]:

@@ -33,6 +33,7 @@ from qlint.settings.budgets import (
     parse_percent,
     parse_percentage,
 )
+from qlint.settings.cycles import default_fpu
 from qlint.settings.sizes import parse_clock, parse_count, parse_duration_ms, parse_size
 
 CONFIG_NAME = ".qlint.yaml"
@@ -125,11 +126,27 @@ class Config:
 
     def severity(self, code: Code) -> Severity:
         """Effective severity: off when deselected, else the config's or the catalog's."""
-        if self.select and not any(code.startswith(s) for s in self.select):
-            return Severity.OFF
-        if any(code.startswith(s) for s in self.ignore):
+        if not self.selects(code):
             return Severity.OFF
         return self.severities.get(code) or Severity(load_catalog()[code].default_severity)
+
+    def selects(self, code: Code) -> bool:
+        """Whether `select` and `ignore` leave rule `code` on: selected (no `select` selects every
+        rule) and not ignored; an ignore wins over a select beside it."""
+        return (not self.select or _matches(code, self.select)) and not _matches(code, self.ignore)
+
+    def with_selection(self, select: tuple[str, ...] | None, extend_select: tuple[str, ...] = (),
+                       ignore: tuple[str, ...] = ()) -> Config:
+        """This config with the command line's selection layered on it, as ruff layers them: `--select`
+        starts the selection anew (the config's `select` and `ignore` no longer apply), `--extend-select`
+        adds to it, `--ignore` takes from it (and wins over the two beside it). The result is written
+        as the rules it leaves off."""
+        if select is None and not extend_select and not ignore:
+            return self
+        on = {code for code in Code if (_matches(code, select) if select is not None else self.selects(code))
+              or _matches(code, extend_select)}
+        off = tuple(code for code in Code if code not in on or _matches(code, ignore))
+        return replace(self, select=(), ignore=off)
 
     def enabled(self, code: Code) -> bool:
         """Whether rule `code` runs at all: a deselected rule costs nothing."""
@@ -144,15 +161,27 @@ class Config:
 
     def with_board(self, name: str, cpu: str | None = None) -> Config:
         """This config for board `name`: lowered for its CPU unless `cpu` (`--target-cpu`) says
-        otherwise. Raises ValueError for a board neither the table nor the config has."""
+        otherwise. Raises ValueError for an empty name, a board neither the table nor the config has,
+        and one that says it has an FPU on a CPU without one."""
+        from qlint.settings.boards import builtin_boards, fpu_error
+
+        if not name:
+            raise ValueError("needs a board name (`qlint boards` lists them)")
         board = self.budgets.board(name)
         if board is None:
-            from qlint.settings.boards import builtin_boards
-
             known = ", ".join(sorted({*builtin_boards(), *self.budgets.boards}))
             raise ValueError(f"unknown board {printable(name)[:80]!r} (known: {known}; a board of your own goes "
                              "under `boards:` in .qlint.yaml)")
-        return replace(self, board=name, target_cpu=cpu or board.cpu or self.target_cpu)
+        target_cpu = cpu or board.cpu or self.target_cpu
+        problem = fpu_error(board, target_cpu)
+        if problem:
+            raise ValueError(problem)
+        return replace(self, board=name, target_cpu=target_cpu)
+
+
+def _matches(code: Code, selectors: tuple[str, ...]) -> bool:
+    """Whether one of `selectors` (codes or prefixes) names rule `code`."""
+    return any(code.startswith(s) for s in selectors)
 
 
 def find_repo_root(start: Path) -> Path:
@@ -282,13 +311,22 @@ class _Parser:
         changes["budgets"] = replace(changes.get("budgets", Budgets()), boards=boards)
         self.board_cpu(root, changes)
         for node, key, name in self.board_names:
-            if changes["budgets"].board(name) is None:
-                from qlint.settings.boards import builtin_boards
-
-                known = ", ".join(sorted({*builtin_boards(), *boards}))
-                raise self.error(node, key, f"unknown board {name!r} (known: {known}; a board of your own goes "
-                                            "under `boards:`)")
+            self.check_board(node, key, name, changes)
         return replace(config, **changes)
+
+    def check_board(self, node: yaml.Node, key: str, name: str, changes: dict[str, Any]) -> None:
+        """A board `board:` names is in the table or `boards:`; one a run is estimated for (the
+        top-level or a target's) has an FPU only if the CPU it runs has one."""
+        from qlint.settings.boards import builtin_boards, fpu_error
+
+        board = changes["budgets"].board(name)
+        if board is None:
+            known = ", ".join(sorted({*builtin_boards(), *changes["budgets"].boards}))
+            raise self.error(node, key, f"unknown board {printable(name)[:80]!r} (known: {known}; a board of your "
+                                        "own goes under `boards:`)")
+        problem = fpu_error(board, board.cpu or changes.get("target_cpu", Config.target_cpu))
+        if problem and key in ("board", "targets.board"):
+            raise self.error(node, key, problem)
 
     def board_cpu(self, root: yaml.Node, changes: dict[str, Any]) -> None:
         """A run for a board is lowered for the board's CPU; `target_cpu:` beside it must agree."""
@@ -466,8 +504,11 @@ class _Parser:
         boards = {}
         for name, knode, value in self.mapping(node, key):
             where = f"{key}.{printable(name)}"
+            if not name:
+                raise self.error(knode, where, "a board needs a name")
             sizes: dict[str, int] = {}
             override, cpu, clock, fpu, flash_read = False, "", None, None, None
+            fpu_node: yaml.Node | None = None
             for field_, fnode, size in self.mapping(value, where):
                 if field_ == "override":
                     override = self.scalar(size, f"{where}.override", bool)
@@ -481,12 +522,14 @@ class _Parser:
                     except ValueError as exc:
                         raise self.error(size, f"{where}.clock", printable(str(exc))) from None
                 elif field_ == "fpu":
-                    fpu = self.scalar(size, f"{where}.fpu", bool)
+                    fpu, fpu_node = self.scalar(size, f"{where}.fpu", bool), size
                 elif field_ == "flash_read":
                     flash_read = self.cycles_a_byte(size, f"{where}.flash_read")
                 else:
                     known = "unknown key (known: cpu, clock, fpu, sram, flash, flash_read, override)"
                     raise self.error(fnode, f"{where}.{printable(field_)}", known)
+            if fpu and cpu and not default_fpu(cpu):
+                raise self.error(fpu_node, f"{where}.fpu", f"true, but a {cpu} has no FPU: drop it, or correct `cpu`")
             missing = [k for k in SIZE_KEYS if k not in sizes]
             if missing:
                 raise self.error(value, where, f"a board needs {' and '.join(missing)}")
@@ -547,7 +590,8 @@ target_cpu: cortex-m55
 include: ["**/*.pt2", "**/*.pte"]
 exclude: []
 
-# Rule selection, ruff-style: codes or code prefixes.
+# Rule selection, ruff-style: codes or code prefixes; an ignore wins over a select. On the command
+# line --select replaces this selection, --extend-select and --ignore add to it.
 # select: [QL001, QL002]
 # ignore: [QL005]
 

@@ -231,9 +231,9 @@ class StaticGraph:
         values = np.lib.stride_tricks.as_strided(
             flat, shape=[size for size, _ in kept], strides=[stride * dtype.itemsize for _, stride in kept]).ravel()
         first = values[0]
-        if dtype.kind == "f" and np.isnan(first):
-            return None
-        return Uniform(float(first), name) if bool((values == first).all()) else None
+        if values.size == 1:  # one element is one value, NaN too (the full check reads it so)
+            return Uniform(float(first), name)
+        return Uniform(float(first), name) if bool((values == first).all()) else None   # NaN != NaN: varies
 
     def value(self, node: StaticNode) -> Uniform | Unknown | None:
         """The one value a node computed from constants holds, from its literal arguments."""

@@ -6,14 +6,17 @@ a dequantize feeding a quantize. The identity verdict is computed in emulated fl
 (`qlint.static.float32`). An island whose constant the tier cannot compute (an op it does not
 evaluate, such as `aten.index` of a trained bias) is still reported, its verdict undecided
 (`identity: None`), never guessed: as QL001 when the constant has one element; with several, only
-whether they are equal decides between QL001 and QL002, so as the fp32 island it is (QL002).
-Everything else that needs lowering (QL002, QL003, QL005, QL007, folds) is left to the full check.
+whether they are equal decides between QL001 and QL002, so as the fp32 island it is (QL002). An
+island whose constant is zero (a scale), NaN or an infinity is QL002 by that value alone, said as
+the full check says it (`rules.steps.BY_VALUE`). Everything else that needs lowering (QL002's other
+reasons, which carry CortexMQuantizer's verdict; QL003, QL005, QL007, folds) is left to the full check.
 What a finding says comes from `qlint.rules.builders`, as the full check's does;
 `tests/full/test_static.py` holds the two tiers to the same findings on every `.pt2` of the test suite.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -29,7 +32,7 @@ from qlint.rules.builders import RUN_FULL, Term
 from qlint.rules.catalog import enabled_rules
 from qlint.rules.ops import OFFSET_OPS, SCALE_OPS
 from qlint.rules.qparams import QParams
-from qlint.rules.steps import NotAStep, Operand, scale_step
+from qlint.rules.steps import BY_VALUE, NotAStep, Operand, scale_step
 from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config
 from qlint.settings.guards import blocked_guards
@@ -55,8 +58,9 @@ ChainStep = tuple[StaticNode, str, StaticConstant, float | None]   # node, op, c
 class ScaleChain:
     dq: StaticNode
     nodes: list[StaticNode]                   # the island: affine ops and the shape ops between
-    steps: list[ChainStep]
+    steps: list[ChainStep]                    # its steps, up to the first one `reason` refuses
     outputs: list[StaticNode]                 # the quantize nodes it ends in
+    reason: str = ""                          # why a constant's value makes it QL002 (`steps.BY_VALUE`)
 
     @property
     def unknown(self) -> list[StaticConstant]:
@@ -65,9 +69,12 @@ class ScaleChain:
 
     @property
     def code(self) -> Code:
-        """QL001, or QL002 when an unknown constant has several elements: whether they are equal
-        decides between the two (`regions._step`), and the tier claims no constant scale it cannot show."""
-        return Code.FP32_ISLAND if any(c.numel != 1 for c in self.unknown) else Code.CONSTANT_SCALE_ISLAND
+        """QL001; QL002 when a constant's value refuses a step (zero, not finite), or when an unknown
+        constant has several elements: whether they are equal decides between the two
+        (`regions._step`), and the tier claims no constant scale it cannot show."""
+        if self.reason or any(c.numel != 1 for c in self.unknown):
+            return Code.FP32_ISLAND
+        return Code.CONSTANT_SCALE_ISLAND
 
 
 def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleChain | None:
@@ -92,10 +99,17 @@ def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleCha
     while current is not end:
         current = current.users[0]
         nodes.append(current)
-    steps = [_step(graph, node, max_elements) for node in nodes if node.base not in CHAIN_SHAPE_OPS]
-    if None in steps:
-        return None
-    return ScaleChain(source, nodes, steps, list(current.users))  # type: ignore[arg-type]
+    steps: list[ChainStep] = []
+    for node in nodes:
+        if node.base in CHAIN_SHAPE_OPS:
+            continue
+        step = _step(graph, node, max_elements)
+        if step is None:
+            return None
+        if isinstance(step, str):  # the full check stops at the first op that is no step, as here
+            return ScaleChain(source, nodes, steps, list(current.users), step)
+        steps.append(step)
+    return ScaleChain(source, nodes, steps, list(current.users))
 
 
 def _island_end(graph: StaticGraph, start: StaticNode) -> StaticNode | None:
@@ -137,16 +151,25 @@ class _Operands:
             return None
         if isinstance(constant.value, Unknown):
             return Operand(constant.numel, None, computed=False)
-        return Operand(constant.numel, constant.value.value if isinstance(constant.value, Uniform) else None)
+        value = constant.value.value if isinstance(constant.value, Uniform) else None
+        if value is not None and math.isnan(value) and constant.numel > 1:
+            value = None  # NaN != NaN: several NaNs differ by position, as the full check reads them
+        return Operand(constant.numel, value)
 
 
-def _step(graph: StaticGraph, node: StaticNode, max_elements: int) -> ChainStep | None:
-    """One `x op c` of a scale island, decided by `rules.steps` as the full check decides it; None
-    where the op makes the island QL002 (the full check says why)."""
+def _step(graph: StaticGraph, node: StaticNode, max_elements: int) -> ChainStep | str | None:
+    """One `x op c` of a scale island, decided by `rules.steps` as the full check decides it. Where
+    the op is not one and the island is QL002: the full check's reason when the constant's value
+    alone decides it (zero, not finite: `steps.BY_VALUE`), else None (the full check says why, with
+    CortexMQuantizer's verdict)."""
     lhs, rhs = node.args[0], node.args[1]
     found = scale_step(_Operands(graph), node.base, lhs, rhs, node.kwargs.get("alpha", 1), max_elements)
     if isinstance(found, NotAStep):
-        return None
+        if found not in BY_VALUE:
+            return None
+        refused = graph.constant(rhs if graph.is_runtime(lhs) else lhs)
+        assert refused is not None  # a value refused it
+        return builders.unfit_constant(node.base, refused.name)
     constant = graph.constant(found.constant)
     assert constant is not None
     return node, node.base, constant, found.value
@@ -216,21 +239,25 @@ class FindingFactory:
 def scale_finding(factory: FindingFactory, graph: StaticGraph, chain: ScaleChain, config: Config) -> Finding | None:
     """The island's QL001 finding, or its QL002 one when a constant the tier cannot compute decides
     between the two; None when its outputs are not one per-tensor quantize or its rule is off."""
-    qp_in = qparams(chain.dq)
-    outs = {qparams(o) for o in chain.outputs}
-    if qp_in is None or len(outs) != 1 or None in outs or not config.enabled(chain.code):
+    if not config.enabled(chain.code):
         return None
-    qp_out: QParams = outs.pop()  # type: ignore[assignment]
     nodes = _fp32_nodes(graph, chain)
     anchor = next(n for n in chain.nodes if n.base not in CHAIN_SHAPE_OPS)
     ops = [n.op for n in chain.nodes if n.base not in CHAIN_SHAPE_OPS]
     shared = {"ops": ops, "fp32_elements": sum(nodes.values()), "graph_nodes": nodes}
+    if chain.reason:  # QL002 whatever its outputs, as the full check decides it
+        return _unfit_finding(factory, chain, anchor, shared)
+    qp_in = qparams(chain.dq)
+    outs = {qparams(o) for o in chain.outputs}
+    if qp_in is None or len(outs) != 1 or None in outs:
+        return None
+    qp_out: QParams = outs.pop()  # type: ignore[assignment]
     if chain.unknown:
         shared["undecided"] = _undecided(chain)
     if chain.code == Code.FP32_ISLAND:
         reason = (f"undecided: {_undecided(chain)}; QL001 if it holds one value (its identity verdict undecided), "
                   f"QL002 if it differs by position: {RUN_FULL}")
-        message = f"fp32 island ({', '.join(ops)}), {sum(nodes.values())} fp32 elements per inference: {reason}"
+        message = builders.fp32_island(ops, sum(nodes.values()), reason)
         return factory.finding(Code.FP32_ISLAND, message, (anchor, *chain.nodes), reason=reason, identity=None,
                                **shared)
     steps = tuple((op, value) for _, op, _, value in chain.steps if value is not None)
@@ -240,6 +267,18 @@ def scale_finding(factory: FindingFactory, graph: StaticGraph, chain: ScaleChain
         ops, _terms(chain), qp_in, qp_out, identity, blocked, sum(nodes.values()), nodes,
         _undecided(chain) if chain.unknown else None)
     return factory.finding(Code.CONSTANT_SCALE_ISLAND, message, (anchor, *chain.nodes), **details)
+
+
+def _unfit_finding(factory: FindingFactory, chain: ScaleChain, anchor: StaticNode, shared: dict[str, Any]) -> Finding:
+    """QL002 of an island a constant's value keeps in fp32 (zero, NaN, an infinity), said as the full
+    check says it; with a constant before it the tier cannot compute (which the full check may name
+    first), the finding says which, its reason undecided."""
+    reason, extra = chain.reason, {}
+    if chain.unknown:
+        reason = f"{reason}; undecided: {_undecided(chain)} before it: {RUN_FULL}"
+        extra = {"identity": None, "undecided": _undecided(chain)}
+    message = builders.fp32_island(shared["ops"], shared["fp32_elements"], reason)
+    return factory.finding(Code.FP32_ISLAND, message, (anchor, *chain.nodes), reason=reason, **shared, **extra)
 
 
 def _terms(chain: ScaleChain) -> list[Term]:

@@ -119,6 +119,18 @@ def test_a_clock_turns_cycles_into_milliseconds() -> None:
     assert ProgramCost(Core("cortex-m4", "dsp", True)).latency_ms() is None
 
 
+def test_no_board_gives_an_fpu_to_a_core_whose_architecture_has_none() -> None:
+    """Whatever a board says, a core without an FPU is priced as soft float (the cost table has no
+    FPU timings for it); the config and the command line refuse the claim before a run gets here."""
+    from qlint.graph.cost import core_for
+    from qlint.settings.cycles import cost_table
+
+    for cpu in ("cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m23"):
+        core = core_for(cpu, fpu=True, clock_hz=48_000_000)
+        assert (core.fpu, cost_table().arithmetic(core, "div")) == (False, 475.0)
+    assert (core_for("cortex-m4", fpu=True).fpu, core_for("cortex-m4", fpu=False).fpu) == (True, False)
+
+
 @pytest.fixture
 def attention(tmp_path: Path) -> Path:
     """The bundled attention example in a folder of its own (no config above it)."""

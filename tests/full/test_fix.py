@@ -262,6 +262,10 @@ def test_cli_fix_writes_next_to_input_and_never_touches_it(
     assert (tmp_path / "attention.pte").stat().st_size > 0
     assert "fixed -> " in out and "verified bit-exact on 9 inputs" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.etrecord", "attention.pt2", "attention.pte"]
+    # docs/fixing.md's `qlint check --fix models/` again: the walk passes over the .pte the first run wrote
+    code, data = run_json(["check", "--fix", "--no-cache", str(tmp_path)], capsys)
+    assert (code, data["errors"]) == (0, [])
+    assert [a["artifact"] for a in data["artifacts"]] == [str(tmp_path / "attention.pt2")]
 
 
 @pytest.mark.model("make_attention")

@@ -3,8 +3,12 @@ test suite, the same identity verdicts bit for bit, and no torch."""
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+import operator
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -40,6 +44,12 @@ WITHOUT_REGIONS = {
 }
 
 
+def by_value(finding: Any) -> bool:
+    """A QL002 island whose one reason is a constant's value (zero, not finite): the static tier,
+    which computes the value, decides it too (`rules.steps.BY_VALUE`)."""
+    return re.fullmatch(r"constant \S+ is (zero or )?not finite", finding.details["reason"]) is not None
+
+
 def island(finding: Any) -> tuple[Any, ...]:
     """Which island or pair a finding is, as both tiers name it: code, the nodes (as the .pt2 names
     them), the fp32 elements and the source line."""
@@ -59,6 +69,8 @@ def key(finding: Any) -> tuple[Any, ...]:
         priced = "; " + builders.time_clause_of(details)
         assert message.endswith(priced), message
         message = message.removesuffix(priced)
+    if finding.code == "QL002":  # an island a constant's value keeps in fp32: its reason
+        return (*island(finding), details["reason"], message)
     return (*island(finding), constants, json.dumps(details["input_qparams"], sort_keys=True),
             json.dumps(details["output_qparams"], sort_keys=True), details["identity"], message)
 
@@ -71,10 +83,10 @@ def test_static_findings_equal_the_full_checks(name: str, linted: Callable[..., 
     identity verdict."""
     checked = lint_static(pt2_dir(name).read_bytes(), name, Config())
     static, [stats] = checked.findings, checked.stats
-    undecided = sorted(island(f) for f in static if f.details["identity"] is None)
+    undecided = sorted(island(f) for f in static if "undecided" in f.details)
     full = [f for f in linted(name).findings
-            if f.code in ("QL001", "QL004") or f.code == "QL002" and island(f) in undecided]
-    assert sorted(key(f) for f in static if f.details["identity"] is not None) == sorted(
+            if f.code in ("QL001", "QL004") or f.code == "QL002" and (island(f) in undecided or by_value(f))]
+    assert sorted(key(f) for f in static if "undecided" not in f.details) == sorted(
         key(f) for f in full if island(f) not in undecided)
     assert undecided == sorted(island(f) for f in full if island(f) in undecided)
     assert stats.static and stats.fp32_islands == sum(1 for f in full if f.code != "QL004")
@@ -112,6 +124,49 @@ def test_both_tiers_decide_an_island_of_each_op_kind(kind: str, tmp_path: Path) 
     full = [f for f in lint_program(program, "m", Config()).findings if f.code in ("QL001", "QL004")]
     assert [f.code for f in full].count("QL001") == 1, [f.message for f in full]
     assert sorted(key(f) for f in static) == sorted(key(f) for f in full)
+
+
+@functools.cache
+def scaled_by_a_buffer(op: str) -> Any:
+    """`x op c`, c a one-element buffer of 2 (no calibration runs through a NaN), quantized once."""
+    import torch
+
+    from qlint.graph.quantize import quantize
+
+    class ByBuffer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("c", torch.full((1,), 2.0))
+
+        def forward(self, x: Any) -> Any:
+            return getattr(operator, {"div": "truediv"}.get(op, op))(x, self.c)
+
+    torch.manual_seed(0)
+    return quantize(ByBuffer().eval(), (torch.randn(1, 8, 16),), [(torch.randn(1, 8, 16),) for _ in range(4)])
+
+
+@pytest.mark.parametrize("value", [0.0, math.nan, math.inf, -math.inf], ids=["zero", "nan", "inf", "-inf"])
+@pytest.mark.parametrize("op", ["mul", "div", "add", "sub"])
+def test_both_tiers_decide_an_island_whose_constant_is_zero_nan_or_infinite(op: str, value: float,
+                                                                           tmp_path: Path) -> None:
+    """The full check's QL002 of a scale by zero, NaN or an infinity (an offset by NaN or an infinity),
+    said by the static tier to the letter; an offset of zero is an identity (QL001) in both."""
+    import torch
+
+    from qlint.graph.lint import lint_program
+
+    program = scaled_by_a_buffer(op)
+    [name] = [n for n, t in program.state_dict.items() if t.numel() == 1]
+    program.state_dict[name] = torch.full((1,), value)
+    torch.export.save(program, str(tmp_path / "m.pt2"))
+    static = lint_static((tmp_path / "m.pt2").read_bytes(), "m", Config()).findings
+    full = [f for f in lint_program(torch.export.load(str(tmp_path / "m.pt2")), "m", Config()).findings
+            if f.code in ("QL001", "QL002", "QL004")]
+    expected = "QL001" if op in ("add", "sub") and value == 0.0 else "QL002"
+    assert [f.code for f in static] == [expected] and sorted(key(f) for f in static) == sorted(key(f) for f in full)
+    if expected == "QL002":
+        unfit = "not finite" if op in ("add", "sub") else "zero or not finite"
+        assert static[0].details["reason"] == f"constant {name} is {unfit}"
 
 
 @pytest.mark.parametrize("name", CORPUS)

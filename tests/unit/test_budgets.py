@@ -3,6 +3,7 @@ level, and QL009 and the deltas over crafted figures (no torch: the budget check
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from pathlib import Path
@@ -70,6 +71,16 @@ def test_sizes_print_exactly() -> None:
     ("target_cpu: cortex-m4\nboard: nrf5340-dk\n", 1, "target_cpu", "'cortex-m4', but `board: nrf5340-dk` is a "
      "cortex-m33: drop one of them"),
     ("coverage_by: cycles\n", 1, "coverage_by", "'cycles' is not one of ops, time"),
+    # An FPU only on a core whose architecture has one: the cost table has no FPU timings for the others.
+    ("boards:\n  mine: {sram: 1KiB, flash: 1KiB,\n         fpu: true, cpu: cortex-m0}\n", 3, "boards.mine.fpu",
+     "true, but a cortex-m0 has no FPU: drop it, or correct `cpu`"),
+    ("target_cpu: cortex-m3\nboard: mine\nboards:\n  mine: {sram: 1KiB, flash: 1KiB, fpu: true}\n", 2, "board",
+     "board mine says it has an FPU (fpu: true), and a cortex-m3 has none"),
+    ("target_cpu: cortex-m23\ntargets:\n  - {factory: m:f, board: mine}\nboards:\n  mine: {sram: 1KiB, flash: 1KiB, "
+     "fpu: true}\n", 3, "targets.board", "board mine says it has an FPU (fpu: true), and a cortex-m23 has none"),
+    # A board has a name: an empty one would select no board.
+    ("boards:\n  '': {sram: 1KiB, flash: 1KiB}\n", 2, "boards.", "a board needs a name"),
+    ("board: ''\n", 1, "board", "unknown board ''"),
 ])
 def test_budget_mistakes_are_one_line_naming_file_line_and_key(tmp_path: Path, text: str, line: int, key: str,
                                                                message: str) -> None:
@@ -128,6 +139,38 @@ def test_the_simplest_form_resolves_per_target_and_per_file_with_boards(tmp_path
                                                                                             "flash": 262144}
 
 
+def test_a_board_and_a_cpu_that_disagree_on_the_fpu_are_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import run_cli
+
+    model = tmp_path / "m.pt2"
+    model.write_bytes(b"")
+    code, out, err = run_cli(["check", "--board", "ek-ra8d1", "--target-cpu", "cortex-m3", str(model)], capsys)
+    assert (code, out, err) == (2, "", "qlint: --board: board ek-ra8d1 says it has an FPU (fpu: true), and a "
+                                       "cortex-m3 has none: name a board and a CPU that agree\n")
+    config = write(tmp_path, "board: ek-ra8d1\n")  # the config's board, the command line's CPU
+    code, out, err = run_cli(["check", "--config", str(config), "--target-cpu", "cortex-m0", str(model)], capsys)
+    assert (code, err) == (2, "qlint: --target-cpu: board ek-ra8d1 says it has an FPU (fpu: true), and a cortex-m0 "
+                              "has none: name a board and a CPU that agree\n")
+    # a target's board, taken with the command line's CPU as the engine takes it
+    config = write(tmp_path, "targets:\n  - {factory: m:f, board: mine}\nboards:\n  mine: {sram: 1KiB, flash: 1KiB, "
+                             "fpu: true}\n")
+    code, out, err = run_cli(["check", "--config", str(config), "--target-cpu", "cortex-m0plus", "--targets-only"],
+                             capsys)
+    assert (code, err) == (2, "qlint: --target-cpu: board mine says it has an FPU (fpu: true), and a cortex-m0plus "
+                              "has none: name a board and a CPU that agree\n")
+    # a board without an FPU takes any CPU; an FPU-less CPU on its own is soft float
+    assert load_config(config).with_board("raspberry-pi-pico", "cortex-m55").target_cpu == "cortex-m55"
+
+
+def test_an_empty_board_name_is_refused_not_read_as_no_board(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import run_cli
+
+    code, out, err = run_cli(["check", "--board", "", str(tmp_path)], capsys)
+    assert (code, out, err) == (2, "", "qlint: --board: needs a board name (`qlint boards` lists them)\n")
+
+
 def test_every_board_row_has_its_figures_and_a_source() -> None:
     assert len(builtin_boards()) >= 10
     for board in builtin_boards().values():
@@ -153,7 +196,9 @@ def test_boards_lists_the_configs_own_boards_first_then_the_table(tmp_path: Path
     assert rows[0].split()[:5] == ["my-board", "96", "KiB", "(98,304", "B)"] and "boards.my-board in .qlint.yaml:2" in rows[0]
     assert rows[1].startswith("nucleo-f446re") and "1 KiB (1,024 B)" in rows[1]  # the config's own overrides the table's
     assert len(rows) == len(builtin_boards()) + 1 and sum(r.startswith("nucleo-f446re ") for r in rows) == 1
-    assert rows[2].startswith("stm32f746g-disco") and "320 KiB (327,680 B)" in rows[2] and "https://www.st.com/" in rows[2]
+    assert main(["boards", "--config", str(config), "--verbose"]) == 0
+    assert "\n\nmy-board\n  defined in: boards.my-board in .qlint.yaml:2\n\n" in capsys.readouterr().out
+    assert rows[2].startswith("stm32f746g-disco") and "320 KiB (327,680 B)" in rows[2]
 
     (tmp_path / ".qlint.yaml").write_text("boards: {b: {sram: 1KB}}\n")
     assert main(["boards", "--config", str(tmp_path / ".qlint.yaml")]) == 2
@@ -161,6 +206,38 @@ def test_boards_lists_the_configs_own_boards_first_then_the_table(tmp_path: Path
     assert line.startswith("qlint: config error: ") and ".qlint.yaml:1: boards.b.sram: '1KB' is not a size" in line
     assert main(["boards", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert capsys.readouterr().err.strip().endswith("missing.yaml:0: <file>: no such config file")
+
+
+def test_boards_keeps_its_rows_short_and_gives_the_sources_on_request(capsys: pytest.CaptureFixture[str]) -> None:
+    """The sources (a vendor page a figure) would wrap every row: `--verbose` prints them under the
+    table, `--output-format json` has every field."""
+    from qlint.cli.main import main
+
+    assert main(["boards"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["board", "cpu", "sram", "flash", "clock", "fpu", "flash", "read"]
+    assert len(table) == len(builtin_boards()) + 2 and max(map(len, table)) <= 120
+    assert not any("https://" in line for line in table)
+    assert table[2].split() == ["stm32f746g-disco", "cortex-m7", "320", "KiB", "(327,680", "B)", "1", "MiB",
+                                "(1,048,576", "B)", "216", "MHz", "yes"]
+    assert next(r for r in table if r.startswith("ek-ra8d1")).endswith("yes    0.625 cycles/B")
+
+    assert main(["boards", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("\n".join(table) + "\n\nstm32f746g-disco\n  source: https://www.st.com/")
+    assert ("\nnucleo-h743zi\n  source: https://www.st.com/en/microcontrollers-microprocessors/stm32h743zi.html "
+            "(STM32H743ZI: 2 Mbytes flash, 1 Mbyte RAM)\n  clock and FPU: ") in out
+    assert "\n  note: the RAM is split over several domains (TCM, AXI, AHB SRAM)\n" in out
+    assert "\nek-ra8d1\n  source: " in out and "\n  flash reads: 0.625 cycles/byte, derived: " in out
+
+    assert main(["boards", "--output-format", "json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in records] == list(builtin_boards())
+    pico = next(r for r in records if r["name"] == "raspberry-pi-pico")
+    assert {k: pico[k] for k in ("cpu", "sram", "flash", "clock_hz", "fpu", "flash_read", "config")} == {
+        "cpu": "cortex-m0plus", "sram": 270336, "flash": 2097152, "clock_hz": 125_000_000, "fpu": False,
+        "flash_read": None, "config": False}
+    assert pico["source"] == builtin_boards()["raspberry-pi-pico"].source and pico["clock_source"]
 
 
 def kws(sram: int | None = 64000, islands: int = 1, coverage: float = 0.19) -> Figures:

@@ -70,6 +70,9 @@ def qlint(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
         (["rules", "--bogus\nline"], ["unrecognized arguments: --bogus\\nline", "Run 'qlint rules --help' for usage."]),
         (["check", "--select", "QL999", "."], [f"argument --select: unknown rule code 'QL999' {KNOWN}", CHECK_HELP]),
         (["check", "--ignore", "QL001,XX", "."], [f"argument --ignore: unknown rule code 'XX' {KNOWN}", CHECK_HELP]),
+        (["check", "--extend-select", "QL9", "."], [f"argument --extend-select: unknown rule code 'QL9' {KNOWN}",
+                                                    CHECK_HELP]),
+        (["check", "--select", " , ", "."], ["argument --select: ' , ' names no rule code", CHECK_HELP]),
         (["check", "--output-format", "xml", "."], [
             "argument --output-format: invalid choice: 'xml' (choose from 'text', 'json', 'github', 'sarif', "
             "'markdown')", CHECK_HELP]),
@@ -123,6 +126,20 @@ def test_every_argument_after_a_double_dash_is_a_path(prefix: list[str], tmp_pat
     assert result.returncode == 1, result.stderr
     artifacts = [a["artifact"] for a in json.loads(result.stdout)["artifacts"]]
     assert artifacts == ["--exit-zero/a.pt2", "--baseline=b.json/a.pt2", "rules/a.pt2"]
+
+
+def test_static_on_a_folder_passes_over_its_pte_files_and_refuses_a_named_one(tmp_path: Path) -> None:
+    """A `.pte` a fix wrote beside its `.pt2` does not end a folder's static check with exit 2;
+    named on the command line, it is still one line."""
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "a.pt2").write_bytes((ROOT / "examples" / "attention.pt2").read_bytes())
+    (models / "a.pte").write_bytes(b"\x00\x00\x00\x00ET12" + b"\x00" * 56)
+    result = qlint(["--static", "--output-format", "json", "models"], tmp_path)
+    assert result.returncode == 1 and "qlint: error" not in result.stderr, result.stderr
+    assert [a["artifact"] for a in json.loads(result.stdout)["artifacts"]] == ["models/a.pt2"]
+    result = qlint(["--static", "--output-format", "json", "models", "models/a.pte"], tmp_path)
+    assert result.returncode == 2 and "qlint: error: models/a.pte: .pte files need the full check" in result.stderr
 
 
 def test_every_write_kind_the_parser_accepts_has_a_writer() -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from qlint.settings.cycles import INT8_CLASSES, Core, cost_table
+from qlint.settings.config import CPUS
+from qlint.settings.cycles import INT8_CLASSES, NO_FPU, Core, cost_table
 
 MVE, DSP = Core("cortex-m55", "mve", True), Core("cortex-m4", "dsp", True)
 
@@ -56,3 +57,10 @@ def test_every_backend_prices_every_kernel_class_and_says_where_each_figure_come
         assert set(kinds) == set(INT8_CLASSES), backend
         for kind, coefficient in kinds.items():
             assert coefficient.source, f"{backend}.{kind} has neither fit: nor assumed:"
+
+
+def test_every_cpu_either_has_fpu_timings_or_no_fpu() -> None:
+    """A core priced with an FPU needs its instruction timings; one without is soft float: every CPU
+    qlint lowers for is one of the two, so no board or CPU reaches a missing row."""
+    fpu = set(cost_table().fpu)
+    assert fpu.isdisjoint(NO_FPU) and fpu | NO_FPU == set(CPUS)

@@ -55,7 +55,7 @@ def fix_plan(paths: list[Path], targets: tuple[Target, ...] = (), output_dir: st
     """Where `--fix` writes each unit `plan_work` keeps, and its errors."""
     options = with_inputs_root(RunOptions(fix=FixOptions(output_dir=Path(output_dir) if output_dir else None)), paths)
     assert options.fix is not None
-    work, errors = plan_work(paths, list(targets), Config(), None, options.fix, taken)
+    work, errors = plan_work(paths, list(targets), Config(), None, options, taken)
     return [fix_destination(w, Config(), options.fix).as_posix() for w in work], [str(e) for e in errors]
 
 
@@ -100,6 +100,20 @@ def test_fixes_that_would_write_one_file_are_refused_together(models: Path) -> N
     assert fix_plan([Path("a/model.pt2"), Path("b/model.pt2")], output_dir=None, taken=taken) == (
         ["b/model.pte"], ["a/model.pt2: --fix would write a/model.etrecord, which --write json:a/model.etrecord "
                           "names too: not fixed (give that output another path)"])
+
+
+def test_a_folder_walk_passes_over_the_files_the_mode_does_not_take(tmp_path: Path) -> None:
+    """`--fix models/` after a first fix wrote `a.pte` beside `a.pt2`, and `--static` on a folder of
+    both: the walk leaves the `.pte` files out; one named on the command line is still read (and refused)."""
+    for name in ("a.pt2", "a.pte", "sub/b.pte", "sub/b.pt2"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    named = tmp_path / "a.pte"
+    for options in (RunOptions(fix=FixOptions()), RunOptions(static=True), RunOptions(fix=FixOptions(dry_run=True))):
+        work, errors = plan_work([tmp_path, named], [], Config(), options=options)
+        assert errors == [] and [w.path for w in work] == [tmp_path / "a.pt2", tmp_path / "sub/b.pt2", named]
+    work, _ = plan_work([tmp_path], [], Config(), options=RunOptions())  # the full check takes both
+    assert [w.path for w in work] == [tmp_path / n for n in ("a.pt2", "a.pte", "sub/b.pt2", "sub/b.pte")]
 
 
 def test_read_zip_refuses_duplicates_and_inflation() -> None:

@@ -84,6 +84,10 @@ def test_qlint_boards_escapes_the_configs_board_names(tmp_path: Path, capsys: py
     assert "\x1b" not in out and all(not line.lstrip().startswith("::") for line in out.splitlines())
     names = [line.split()[0] for line in out.splitlines()[2:5]]
     assert names == ["\\x1b[2Jwipe", "x\\n::error::forged", "\\x3a:notice::lead"]
+    for extra in (["--verbose"], ["--output-format", "json"]):  # the sources' blocks name each board too
+        assert main(["boards", "--config", str(config), *extra]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and all(not line.lstrip().startswith("::") for line in out.splitlines())
 
 
 def test_sarif_of_hostile_names_is_valid_sarif() -> None:

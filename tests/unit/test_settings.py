@@ -88,6 +88,36 @@ def test_valid_config_is_read(tmp_path: Path) -> None:
     assert config.targets[0].name == "make" and config.targets[0].line == 6
 
 
+ALL = ("QL001", "QL002", "QL003", "QL004", "QL005", "QL007", "QL008", "QL009")  # QL006 is off unless `rules:` says
+
+
+@pytest.mark.parametrize(("text", "argv", "enabled"), [
+    # --ignore adds to the config's ignore (repeated, each adds): QL004 stays off
+    ("ignore: [QL004]\n", ["--ignore", "QL001"], [c for c in ALL if c not in ("QL001", "QL004")]),
+    ("ignore: [QL004]\n", ["--ignore", "QL001", "--ignore", "QL002"],
+     [c for c in ALL if c not in ("QL001", "QL002", "QL004")]),
+    ("select: [QL001, QL004]\n", ["--ignore", "QL001"], ["QL004"]),
+    # --extend-select adds to the config's selection, over its ignore; --ignore beside it wins
+    ("select: [QL001, QL004]\n", ["--extend-select", "QL005"], ["QL001", "QL004", "QL005"]),
+    ("ignore: [QL00]\n", ["--extend-select", "QL004"], ["QL004"]),
+    ("select: [QL001]\n", ["--extend-select", "QL004,QL005", "--ignore", "QL005"], ["QL001", "QL004"]),
+    # --select starts the selection anew: the config's select and ignore no longer apply
+    ("select: [QL001, QL004]\nignore: [QL004]\n", ["--select", "QL005"], ["QL005"]),
+    ("ignore: [QL004]\n", ["--select", "QL004"], ["QL004"]),
+    ("ignore: [QL004]\n", ["--select", "QL001", "--select", "QL004", "--ignore", "QL001"], ["QL004"]),
+    ("select: [QL001]\n", ["--select", "QL00", "--ignore", "QL00"], []),
+    ("ignore: [QL004]\n", [], [c for c in ALL if c != "QL004"]),
+])
+def test_the_command_lines_selection_is_layered_on_the_configs_as_ruff_layers_it(
+        tmp_path: Path, text: str, argv: list[str], enabled: list[str]) -> None:
+    from qlint.cli.commands.check import _config
+    from qlint.cli.main import build_parser
+
+    args = build_parser().parse_args(["check", "--config", str(write(tmp_path, text)), *argv, str(tmp_path)])
+    config = _config(args)
+    assert config is not None and [code for code in ALL if config.enabled(code)] == enabled
+
+
 def test_init_writes_a_config_that_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / ".qlint.yaml"
     code, _, _ = run_cli(["init", str(target)], capsys)

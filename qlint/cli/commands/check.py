@@ -66,7 +66,8 @@ def _selection_error(args: argparse.Namespace) -> str | None:
     def error(message: str) -> ConfigError:
         return ConfigError("<command line>", 0, "", message)
 
-    for option, codes in (("--select", args.select), ("--ignore", args.ignore)):
+    for option, codes in (("--select", args.select), ("--extend-select", args.extend_select),
+                          ("--ignore", args.ignore)):
         try:
             validate_selectors(codes or (), error)
         except ConfigError as exc:
@@ -121,21 +122,36 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
 
 
 def _config(args: argparse.Namespace) -> Config | None:
-    """The config the run uses (`named_or_found`), with the command line's overrides; None after a
-    `config error` line."""
+    """The config the run uses (`named_or_found`), with the command line's board, CPU and rule
+    selection (`Config.with_selection`: layered on the config's, as ruff does); None after an error line."""
     from qlint.settings.config import ConfigError, named_or_found
 
     try:
         config = named_or_found(args.config)
-        if args.board is not None:
-            config = config.with_board(args.board, args.target_cpu)
-        return config.with_overrides(target_cpu=args.target_cpu, select=args.select, ignore=args.ignore)
     except ConfigError as exc:
         say(f"qlint: config error: {printable(str(exc))}")
         return None
-    except ValueError as exc:  # --board names no board
-        say(f"qlint: --board: {exc}")
+    try:
+        config = _with_board(config, args)
+    except ValueError as exc:  # --board names no board, or a board and a CPU that disagree
+        say(f"qlint: {'--board' if args.board is not None else '--target-cpu'}: {exc}")
         return None
+    return config.with_selection(None if args.select is None else tuple(args.select), tuple(args.extend_select or ()),
+                                 tuple(args.ignore or ()))
+
+
+def _with_board(config: Config, args: argparse.Namespace) -> Config:
+    """`config` for `--board` (else its own `board:`) and `--target-cpu`, each board a target names
+    tried as the engine will take it, so that a board and a CPU that disagree (an FPU on a core
+    without one) are refused here, not mid-run. Raises ValueError."""
+    board = args.board if args.board is not None else config.board
+    if board is not None:
+        config = config.with_board(board, args.target_cpu)
+    config = config.with_overrides(target_cpu=args.target_cpu)
+    for target in config.targets:
+        if target.board is not None:
+            config.with_board(target.board)
+    return config
 
 
 def _run_options(args: argparse.Namespace, config: Config) -> RunOptions | None:
