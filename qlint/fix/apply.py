@@ -23,6 +23,7 @@ from qlint.graph.memory import constant_contributors, method_allocator_bytes, pe
 from qlint.graph.readers import VERIFY_SEEDS, VERIFY_SPREAD, seeded_batches
 from qlint.graph.regions import Evaluations, moved_evaluations
 from qlint.graph.validity import find_invalid, float_reads, restorable
+from qlint.graph.values import Unchecked
 from qlint.graph.view import GraphView, constant_inputs, input_node, output_dtype
 from qlint.io.reads import first_line
 from qlint.records.results import (
@@ -301,9 +302,9 @@ def fixable_lint(program: Any, artifact: str, config: Config, options: RunOption
                  inputs: Sequence[tuple[Any, ...]] = ()) -> tuple[Linted, list[AppliedFold]]:
     """`linted` (or the program's lint) and the repairs made to it, or FixError when no fix can be made
     from it: it did not lower, or it cannot run, or on `inputs` it computes other values than the
-    quantized program (QL007's check, made here even when the rule is off). A program whose only
-    fault is an integer kernel reading floats is repaired (`qlint.fix.repair`) on a copy, linted
-    again, and must then be valid: the lint returned is the copy's."""
+    quantized program, or that could not be checked (QL007's check, made here even when the rule is
+    off). A program whose only fault is an integer kernel reading floats is repaired
+    (`qlint.fix.repair`) on a copy, linted again, and must then be valid: the lint returned is the copy's."""
     from qlint.graph.lint import lint_program
     from qlint.graph.rules import invalid_message, lowering_message
 
@@ -318,7 +319,7 @@ def fixable_lint(program: Any, artifact: str, config: Config, options: RunOption
     invalid = find_invalid(linted.analysis.view, inputs)
     if invalid is None:
         return linted, []
-    if not restorable(linted.analysis.view, invalid):
+    if isinstance(invalid, Unchecked) or not restorable(linted.analysis.view, invalid):
         raise FixError(f"cannot fix: {invalid_message(invalid)}")
     repaired, repairs = _repaired(program, artifact, config, options, linted)
     still = find_invalid(repaired.analysis.view, inputs)

@@ -20,13 +20,22 @@ changes the values cannot run correctly either.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from torch.fx import Interpreter, Node
+from torch.fx import Node
 
-from qlint.graph.values import Divergence, first_divergence
+from qlint.graph.values import (
+    Divergence,
+    OverBudget,
+    Runnable,
+    Stepper,
+    Unchecked,
+    by_name,
+    first_divergence,
+    held,
+)
 from qlint.graph.view import (
     GraphView,
     Kind,
@@ -35,9 +44,7 @@ from qlint.graph.view import (
     op_name,
     output_dtype,
     output_value,
-    recorded_bytes,
 )
-from qlint.io.limits import RUN_BUDGET_BYTES
 from qlint.io.reads import first_line
 from qlint.rules.qparams import QParams
 
@@ -204,10 +211,11 @@ def _float_read(view: GraphView, kernel: Node, arg: Node) -> FloatRead:
     return FloatRead(kernel, producer, qparams, tuple(reversed(through)))
 
 
-def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]] = ()) -> Invalid | None:
+def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]] = ()) -> Invalid | Unchecked | None:
     """The first node of a lowered program that cannot run, or None. With `batches` and the quantized
     program the view was made with, a program that runs is also run against it on them: the first
-    node whose values the lowering changed."""
+    node whose values the lowering changed. Unchecked when a run this needs would hold more than the
+    check may (`values.RUN_BUDGET_BYTES`): where it stopped."""
     open_question = False
     for node in view.nodes:
         if node.op != "call_function":
@@ -216,14 +224,13 @@ def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]] = ()) -> In
         if isinstance(found, Invalid):
             return found
         open_question = open_question or found == "open"
-    runnable = hasattr(view.program, "module") and view.lowered  # a lowered graph's shapes were re-traced
-    if not runnable or sum(recorded_bytes(n) for n in view.nodes) > RUN_BUDGET_BYTES:
+    if not (hasattr(view.program, "module") and view.lowered):  # a lowered graph's shapes were re-traced
         return None
     failing = _first_failing(view) if open_question else None
     if failing is not None or view.quantized is None or not batches:
         return failing
     diverged = first_divergence(view, batches)
-    return _divergence_problem(diverged) if diverged is not None else None
+    return _divergence_problem(diverged) if isinstance(diverged, Divergence) else diverged
 
 
 def _divergence_problem(diverged: Divergence) -> Invalid:
@@ -238,17 +245,7 @@ def _divergence_problem(diverged: Divergence) -> Invalid:
     )
 
 
-class _Tracking(Interpreter):
-    """Runs a graph node by node, remembering which node is running."""
-
-    current: Node | None = None
-
-    def run_node(self, n: Node) -> Any:
-        self.current = n
-        return super().run_node(n)
-
-
-def _first_failing(view: GraphView) -> Invalid | None:
+def _first_failing(view: GraphView) -> Invalid | Unchecked | None:
     from qlint.graph.readers import seeded_batches
 
     module = view.module
@@ -261,14 +258,15 @@ def _first_failing(view: GraphView) -> Invalid | None:
             return None  # not a tensor input this check can make up
         templates.append(torch.zeros_like(val, device="cpu"))  # keeps the recorded strides
     [inputs] = seeded_batches(tuple(templates), 1, 0)
-    runner = _Tracking(module)
+    runner = Stepper(Runnable(module, list), inputs, held("run"), "lowered")
     try:
         with torch.no_grad():
-            runner.run(*inputs)
+            runner.run_all()
+    except OverBudget as over:
+        return replace(over.unchecked, node=by_name(view.nodes, over.unchecked.node))
     except Exception as exc:  # the reference kernel refused: that is the finding
         failing = runner.current
         if failing is None:
             return None
-        original = next((n for n in view.nodes if n.name == failing.name), failing)
-        return Invalid(original, _dtype_names(_tensor_inputs(failing)), first_line(exc))
+        return Invalid(by_name(view.nodes, failing), _dtype_names(_tensor_inputs(failing)), first_line(exc))
     return None
