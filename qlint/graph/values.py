@@ -187,7 +187,7 @@ class Stepper(Interpreter):
             pass
 
 
-def _read_as(view: GraphView, node: Node) -> QParams | None:
+def read_as(view: GraphView, node: Node) -> QParams | None:
     """How `node`'s integers read: as the dequantize that reads them does (a pass that decomposes an
     op may leave the op's qparams on a part of it), a quantize's own, or those folded into it."""
     for qp in [view.qparams(u) for u in node.users if view.kind(u) == Kind.DEQUANTIZE]:
@@ -241,13 +241,18 @@ def compared(view: GraphView, twins: dict[Node, str]) -> list[tuple[Node, str, Q
             continue
         quantize = _quantize_of(view.as_quantized(node))
         written = literal_qparams(quantize) if quantize is not None else None
-        read = _read_as(view, node)
+        read = read_as(view, node)
         if quantize is None or written is None or read is None:
             continue
-        if (read.zero_point, read.qmin, read.qmax) == (written.zero_point, written.qmin, written.qmax) \
-                and math.isclose(read.scale, written.scale, rel_tol=1e-6):
+        if same_reading(read, written):
             pairs.append((node, quantize.name, written))
     return pairs
+
+
+def same_reading(one: QParams, other: QParams) -> bool:
+    """Whether integers read with `one` mean what they mean read with `other` (a scale a float round trip apart)."""
+    return (one.zero_point, one.qmin, one.qmax) == (other.zero_point, other.qmin, other.qmax) \
+        and math.isclose(one.scale, other.scale, rel_tol=1e-6)
 
 
 # Elements a comparison works on at once, so that judging a node of any size allocates a slice's worth

@@ -42,7 +42,7 @@ def test_a_lowering_that_changes_the_values_is_ql007_at_the_node_that_changed_th
     program, example = integer_clamp
     checked = lint_program(program, "clamp", Config())
     [finding] = [f for f in checked.findings if f.code == "QL007"]
-    assert finding.severity == "error" and not finding.fixable
+    assert finding.severity == "error" and finding.fixable
     assert finding.message.startswith(
         "lowered program computes other values: aten.clamp.default at aten_clamp_default receives int16: it computes "
         "other values than the quantized program's clamp: ")
@@ -50,8 +50,29 @@ def test_a_lowering_that_changes_the_values_is_ql007_at_the_node_that_changed_th
     assert finding.details["expected_value"] == pytest.approx(-1.0, abs=1e-3)
     assert abs(finding.details["lowered_value"]) < 1e-3  # the integer -1, read back: one step of the scale
     assert finding.location.code == "return x.clamp(-1, 1)"
-    with pytest.raises(FixError, match="^cannot fix: lowered program computes other values: aten.clamp.default"):
-        fix_program(program, "clamp", Config(), verification_inputs(example), linted=checked)
+
+
+def test_fix_clamps_the_integers_at_the_quantized_bounds_and_the_value_check_passes_it(
+        integer_clamp: tuple[Any, tuple[torch.Tensor]]) -> None:
+    """A clamp on the integers has one right answer: its bounds quantized as its input and output are read.
+    `--fix` makes that clamp, and writes it only once the value check passes it on every verification input."""
+    from qlint.graph.validity import find_invalid
+
+    program, example = integer_clamp
+    checked = lint_program(program, "clamp", Config())
+    batches = verification_inputs(example)
+    fixed = fix_program(program, "clamp", Config(), batches, linted=checked)
+    [repair] = [f for f in fixed.summary.folds if f.code == "QL007"]
+    assert (repair.kind, repair.node) == ("clamp", "aten_clamp_default")
+    assert repair.change == (
+        "aten.clamp.default clamped the int16 integers at [-1, 1], the model's float bounds: now aten.clamp at "
+        "[-7746, 7746], those bounds quantized (int16(scale=0.000129107, zp=0, range=[-32767, 32767]))")
+    [clamp] = [n for n in fixed.program.graph.nodes if n.name == "aten_clamp_default"]
+    assert clamp.args[1:] == (-7746, 7746) and fixed.findings == [] and fixed.pte
+    assert find_invalid(GraphView(fixed.program, quantized=program), batches) is None
+    unfixed = checked.lowered
+    assert unfixed is not None
+    assert [n.args[1:] for n in unfixed.graph.nodes if n.name == "aten_clamp_default"] == [(-1, 1)]
 
 
 def test_the_float_bounds_clamp_agrees_and_the_check_finds_nothing(
