@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch.fx import Node
 
-from qlint.fix.repair import restore_quantizes
+from qlint.fix.repair import rebound_clamps, restore_quantizes
 from qlint.graph.folds import Fold, FoldKind
 from qlint.graph.islands import fp32_compute, requantize_pairs
 from qlint.graph.memory import constant_contributors, method_allocator_bytes, peak_contributors, plan_with_buffers
 from qlint.graph.readers import VERIFY_SEEDS, VERIFY_SPREAD, seeded_batches
 from qlint.graph.regions import Evaluations, moved_evaluations
-from qlint.graph.validity import find_invalid, float_reads, restorable
+from qlint.graph.validity import Invalid, find_invalid, float_reads, integer_clamps, restorable
+from qlint.graph.values import Unchecked
 from qlint.graph.view import GraphView, constant_inputs, input_node, output_dtype
 from qlint.io.reads import first_line
 from qlint.records.results import (
@@ -44,7 +45,21 @@ if TYPE_CHECKING:
 
 
 class FixError(Exception):
-    """The artifact cannot be fixed: one line, nothing written."""
+    """The artifact cannot be fixed: one line, nothing written. `refused`: the check of the program,
+    when a finding of it is why (`finding`: QL003, QL007, with the rule enabled), so the report gives
+    those findings and says the fix was not written, where otherwise the artifact is an input error."""
+
+    def __init__(self, message: str, refused: Linted | None = None, finding: Finding | None = None) -> None:
+        super().__init__(message)
+        self.refused, self.finding = refused, finding
+
+    @property
+    def why(self) -> str:
+        """Why, in a line beside the findings: what the finding that refused the fix says, and where."""
+        if self.finding is None:
+            return str(self).removeprefix("cannot fix: ")
+        at = f" at {self.finding.node}" if self.finding.node else ""
+        return f"{self.finding.message.split(': ', 1)[0]} ({self.finding.code}{at})"
 
 
 class VerificationError(Exception):
@@ -301,39 +316,64 @@ def fixable_lint(program: Any, artifact: str, config: Config, options: RunOption
                  inputs: Sequence[tuple[Any, ...]] = ()) -> tuple[Linted, list[AppliedFold]]:
     """`linted` (or the program's lint) and the repairs made to it, or FixError when no fix can be made
     from it: it did not lower, or it cannot run, or on `inputs` it computes other values than the
-    quantized program (QL007's check, made here even when the rule is off). A program whose only
-    fault is an integer kernel reading floats is repaired (`qlint.fix.repair`) on a copy, linted
-    again, and must then be valid: the lint returned is the copy's."""
+    quantized program, or that could not be checked (QL007's check, made here even when the rule is
+    off). A program whose faults have one right answer (an integer kernel reading floats, an activation
+    clamping the integers at the float model's bounds) is repaired (`qlint.fix.repair`) on a copy, linted
+    again, and must then pass the same check: the lint returned is the copy's."""
     from qlint.graph.lint import lint_program
     from qlint.graph.rules import invalid_message, lowering_message
 
     # `find_invalid` below runs the values on `inputs`: the lint need not run them on the sample inputs too
     linted = linted or lint_program(program, artifact, config, options, values_verified=bool(inputs))
     if linted.failure is not None:
-        raise FixError(f"cannot fix: {lowering_message(linted.failure)}")
+        failed = next((f for f in linted.findings if f.code == Code.LOWERING_FAILED), None)
+        raise FixError(f"cannot fix: {lowering_message(linted.failure)}", linted if failed else None, failed)
     assert linted.lowered is not None
     reported = next((f for f in linted.findings if f.code == Code.LOWERED_PROGRAM_INVALID and not f.fixable), None)
     if reported is not None:  # the check's value check, on inputs this caller may not pass
-        raise FixError(f"cannot fix: {reported.message}")
-    invalid = find_invalid(linted.analysis.view, inputs)
+        raise FixError(f"cannot fix: {reported.message}", linted, reported)
+    view = linted.analysis.view
+    invalid = find_invalid(view, inputs)
     if invalid is None:
         return linted, []
-    if not restorable(linted.analysis.view, invalid):
-        raise FixError(f"cannot fix: {invalid_message(invalid)}")
+    if isinstance(invalid, Unchecked) or not restorable(view, invalid):
+        raise _refused(f"cannot fix: {invalid_message(invalid)}", linted, artifact, config, (view, invalid))
     repaired, repairs = _repaired(program, artifact, config, options, linted)
     still = find_invalid(repaired.analysis.view, inputs)
     if still is not None:
-        raise FixError(f"cannot fix: {invalid_message(still)} (with the {len(repairs)} folded quantizes put back)")
+        count = f"{len(repairs)} repair{'s' if len(repairs) != 1 else ''}"
+        raise _refused(f"cannot fix: {invalid_message(still)} (after {count} of the lowering)", linted, artifact,
+                       config, (view, invalid), (repaired.analysis.view, still))
     return repaired, repairs
+
+
+def _refused(message: str, linted: Linted, artifact: str, config: Config,
+             *found: tuple[GraphView, Invalid | Unchecked]) -> FixError:
+    """The FixError for what the fix's own check `found` (on its inputs; after a repair, the next fault):
+    with `linted` and a QL007 for each, the last why; without them when QL007 is off, since then no
+    finding says why and the artifact is an error."""
+    from qlint.graph.rules import FindingFactory, invalid_finding
+
+    if not config.enabled(Code.LOWERED_PROGRAM_INVALID):
+        return FixError(message)
+    factory = FindingFactory(artifact, config)
+    findings = list(linted.findings)
+    said = [invalid_finding(view, factory, invalid) for view, invalid in found]
+    for finding in said:
+        if not any((f.code, f.node, f.message) == (finding.code, finding.node, finding.message) for f in findings):
+            findings.append(finding)
+    return FixError(message, replace(linted, findings=findings), said[-1])
 
 
 def _repaired(program: Any, artifact: str, config: Config, options: RunOptions,
               linted: Linted) -> tuple[Linted, list[AppliedFold]]:
-    """A copy of the lowered program with QL007's quantizes put back, and its lint."""
+    """A copy of the lowered program with QL007's repairs made (the quantizes put back, the clamps at their
+    quantized bounds), and its lint."""
     from qlint.graph.rules import run_rules
 
     lowered = copy.deepcopy(linted.lowered)
     repairs = restore_quantizes(lowered, float_reads(GraphView(lowered, quantized=program)))
+    repairs += rebound_clamps(lowered, integer_clamps(GraphView(lowered, quantized=program)))
     # its values are checked on every input by the caller
     repaired = run_rules(GraphView(lowered, quantized=program), artifact, config, verbose=options.verbose,
                          values_verified=True)

@@ -1,4 +1,11 @@
-"""QL007's fix: put back the quantizes the Cortex-M lowering folded away before an integer kernel.
+"""QL007's fixes, for the faults of the Cortex-M lowering that have one right answer.
+
+A relu, clamp or hardtanh the lowering leaves on the integers (a relu whose input has other users is
+not fused into the kernel before it) keeps the float model's bounds: a relu clamps the integers at 0,
+not at the zero point. Its bounds quantized as its input and output are read (one way, or a clamp could
+not compute it) make it compute what the quantized program computes: `aten.clamp` at those integers.
+
+The other: put back the quantizes the Cortex-M lowering folded away before an integer kernel.
 
 `FoldAndAnnotateQParamsPass` removes the quantize after an op it annotates and records its qparams
 on the op (`output_qparams`); the Arm flow then computes constant ops ahead of time
@@ -16,13 +23,14 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from qlint.graph.validity import FloatRead
+from qlint.graph.validity import FloatRead, IntegerClamp
 from qlint.graph.view import base_name, folded_qparams, op_name, torch_dtype
 from qlint.records.results import AppliedFold
 from qlint.rules.ops import SHAPE_OPS
 from qlint.rules.table import Code
 
 RESTORED = "quantize"  # AppliedFold.kind of a quantize put back
+REBOUND = "clamp"     # ... and of an activation clamped at its quantized bounds
 
 
 def _retype(kernel: Node) -> None:
@@ -71,5 +79,37 @@ def restore_quantizes(program: Any, reads: list[FloatRead]) -> list[AppliedFold]
             f"put back the quantize of {op_name(read.producer)}'s output ({qp}) that {op_name(read.kernel)} reads",
         ))
     graph.lint()
+    program.graph_module.recompile()
+    return done
+
+
+def _shown(bounds: tuple[float | int | None, float | int | None]) -> str:
+    low, high = bounds
+    if low is not None and high is not None:
+        return f"[{low}, {high}]"
+    return f"min {low}" if high is None else f"max {high}"
+
+
+def _change(clamp: IntegerClamp, was: str) -> str:
+    qp = clamp.qparams
+    if base_name(was) in ("relu", "relu_"):
+        return (f"{was} clamped the {qp.dtype} integers at 0, not at the zero point: now aten.clamp at "
+                f"{qp.zero_point} ({qp})")
+    return (f"{was} clamped the {qp.dtype} integers at {_shown(clamp.bounds)}, the model's float bounds: now "
+            f"aten.clamp at {_shown(clamp.integers)}, those bounds quantized ({qp})")
+
+
+def rebound_clamps(program: Any, clamps: list[IntegerClamp]) -> list[AppliedFold]:
+    """Each activation an `aten.clamp` of the integers at its quantized bounds; what was done."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    done = []
+    for clamp in clamps:
+        node, was, source = clamp.node, op_name(clamp.node), clamp.node.args[0]
+        node.target = exir_ops.edge.aten.clamp.default
+        node.args, node.kwargs = (source, *clamp.integers), {}
+        node.meta["val"] = node.meta["val"].to(torch_dtype(clamp.qparams))  # a float bound made it float
+        done.append(AppliedFold(Code.LOWERED_PROGRAM_INVALID, node.name, REBOUND, _change(clamp, was)))
+    program.graph_module.graph.lint()
     program.graph_module.recompile()
     return done

@@ -35,7 +35,9 @@ from qlint.graph.lowering import LoweringError
 from qlint.graph.readers import sample_inputs
 from qlint.graph.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.graph.validity import Invalid, find_invalid, restorable
+from qlint.graph.values import Unchecked
 from qlint.graph.view import GraphView, base_name, is_float, numel, op_name
+from qlint.io.limits import MIB
 from qlint.io.reads import first_line
 from qlint.records.results import ArtifactStats, Contributor, Finding, Location, shapes_elided
 from qlint.records.source import locate, module_path
@@ -44,6 +46,7 @@ from qlint.rules.builders import Term
 from qlint.rules.catalog import enabled_rules
 from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config
+from qlint.settings.sizes import show_size
 
 
 class FindingFactory:
@@ -282,7 +285,9 @@ def fp32_causes(context: Context) -> list[tuple[str, int]]:
     return [(said[key], ops) for key, ops in counts.most_common()]
 
 
-def invalid_message(invalid: Invalid) -> str:
+def invalid_message(invalid: Invalid | Unchecked) -> str:
+    if isinstance(invalid, Unchecked):
+        return unchecked_message(invalid)
     node = invalid.node
     what = "computes other values" if invalid.divergence is not None else "cannot run"
     return (
@@ -298,12 +303,36 @@ def value_batches(view: GraphView) -> list[tuple[Any, ...]]:
     return [example] if example else []
 
 
+def unchecked_message(unchecked: Unchecked) -> str:
+    """QL007 when a run it needs would hold more than it may, said as QL009 says a budget it cannot measure."""
+    subject, run = UNCHECKED[unchecked.check]
+    node, where = unchecked.node, "" if unchecked.program == "lowered" else ", in the quantized program"
+    held = f"{unchecked.held / MIB:,.0f} MiB" if math.isfinite(unchecked.held) else "a size no shape bounds"
+    return (f"{subject} cannot be checked: {run} would hold {held} at once at {node.name} ({op_name(node)}{where}), "
+            f"over the {show_size(unchecked.budget)} the check may hold")
+
+
+UNCHECKED = {  # Unchecked.check: what could not be checked, and the run that would have checked it
+    "values": ("lowered program's values", "running it beside the quantized program"),
+    "run": ("whether the lowered program runs", "running it"),
+}
+
+
 def lowered_program_invalid(context: Context) -> list[Finding]:
     if context.failure is not None or not context.view.lowered:
         return []  # the quantized program QL003 falls back on is not meant to run on the device
     invalid = find_invalid(context.view, [] if context.values_verified else value_batches(context.view))
-    if invalid is None:
-        return []
+    return [invalid_finding(context.view, context.factory, invalid)] if invalid is not None else []
+
+
+def invalid_finding(view: GraphView, factory: FindingFactory, invalid: Invalid | Unchecked) -> Finding:
+    """QL007 for what `find_invalid` found: a node that cannot run or changed the values, or a run it
+    could not make."""
+    if isinstance(invalid, Unchecked):
+        return factory.finding(
+            Code.LOWERED_PROGRAM_INVALID, invalid_message(invalid), (invalid.node,), unchecked=invalid.check,
+            op=op_name(invalid.node), held_bytes=invalid.held if math.isfinite(invalid.held) else None,
+            budget_bytes=invalid.budget)
     details: dict[str, Any] = {}
     if invalid.float_read is not None:
         read = invalid.float_read
@@ -314,13 +343,11 @@ def lowered_program_invalid(context: Context) -> list[Finding]:
         details.update(reference=diverged.reference.name, steps=diverged.steps, lowered_value=diverged.lowered,
                        expected_value=diverged.expected)
     nodes = (invalid.node, invalid.float_read.producer) if invalid.float_read is not None else (invalid.node,)
-    return [
-        context.factory.finding(
-            Code.LOWERED_PROGRAM_INVALID, invalid_message(invalid), nodes, fixable=restorable(context.view, invalid),
-            op=op_name(invalid.node), input_dtypes=invalid.dtypes, reason=invalid.reason, **details,
-            graph_nodes=graph_nodes(context.view, {invalid.node: numel(invalid.node) if is_float(invalid.node) else 0}),
-        )
-    ]
+    return factory.finding(
+        Code.LOWERED_PROGRAM_INVALID, invalid_message(invalid), nodes, fixable=restorable(view, invalid),
+        op=op_name(invalid.node), input_dtypes=invalid.dtypes, reason=invalid.reason, **details,
+        graph_nodes=graph_nodes(view, {invalid.node: numel(invalid.node) if is_float(invalid.node) else 0}),
+    )
 
 
 def graph_nodes(view: GraphView, counts: dict[Node, int]) -> dict[str, int]:

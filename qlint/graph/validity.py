@@ -19,25 +19,36 @@ changes the values cannot run correctly either.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from torch.fx import Interpreter, Node
+from torch.fx import Node
 
-from qlint.graph.values import Divergence, first_divergence
+from qlint.graph.values import (
+    Divergence,
+    OverBudget,
+    Runnable,
+    Stepper,
+    Unchecked,
+    by_name,
+    first_divergence,
+    held,
+    read_as,
+    same_reading,
+)
 from qlint.graph.view import (
     GraphView,
     Kind,
+    base_name,
     folded_qparams,
     known_operator,
     op_name,
     output_dtype,
     output_value,
-    recorded_bytes,
+    torch_dtype,
 )
-from qlint.io.limits import RUN_BUDGET_BYTES
 from qlint.io.reads import first_line
 from qlint.rules.qparams import QParams
 
@@ -75,10 +86,82 @@ def float_reads(view: GraphView) -> list[FloatRead]:
     return [read for node in view.nodes for read in float_reads_of(view, node)]
 
 
+@dataclass(frozen=True)
+class IntegerClamp:
+    """An activation the lowering left on the integers with the float model's bounds (a relu clamps
+    the integers at 0, not at the zero point), and the bounds that compute it there: the float bounds
+    quantized as its input and output are read (one way: a clamp of integers cannot requantize)."""
+
+    node: Node
+    bounds: tuple[float | None, float | None]   # as the model wrote them (min, max)
+    integers: tuple[int | None, int | None]     # quantized
+    qparams: QParams
+
+
+# Activations that clamp, and the (min, max) they clamp at from their arguments after the input (None:
+# arguments these are not).
+CLAMP_BOUNDS: dict[str, Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, Any] | None]] = {
+    "relu": lambda args, kwargs: None if args or kwargs else (0.0, None),
+    "clamp": lambda args, kwargs: (args[0] if args else kwargs.get("min"),
+                                   args[1] if len(args) > 1 else kwargs.get("max")),
+    "hardtanh": lambda args, kwargs: (args[0] if args else kwargs.get("min_val", -1.0),
+                                      args[1] if len(args) > 1 else kwargs.get("max_val", 1.0)),
+}
+
+
+def _activation(node: Node) -> str:
+    """`relu` for `aten.relu_.default` too."""
+    return base_name(op_name(node)).removesuffix("_")
+
+
+def _bounds(node: Node) -> tuple[float | None, float | None] | None:
+    """The (min, max) a clamping activation's arguments say, or None when it is none or a bound is no number."""
+    name = op_name(node)
+    clamp = CLAMP_BOUNDS.get(_activation(node))
+    if clamp is None or not name.startswith("aten.") or not name.endswith(".default"):
+        return None
+    bounds = clamp(tuple(node.args[1:]), dict(node.kwargs))
+    if bounds is None or any(b is not None and (isinstance(b, bool) or not isinstance(b, int | float)) for b in bounds):
+        return None
+    return bounds
+
+
+def _quantized(bound: float | None, qp: QParams) -> int | None:
+    """A bound as the quantized program's quantize writes it (its own op, on a float32 bound)."""
+    if bound is None:
+        return None
+    quantize = torch.ops.quantized_decomposed.quantize_per_tensor.default
+    return int(quantize(torch.tensor([float(bound)]), qp.scale, qp.zero_point, qp.qmin, qp.qmax, torch_dtype(qp))[0])
+
+
+def integer_clamps(view: GraphView) -> list[IntegerClamp]:
+    """Every clamping activation of the lowered program that clamps integers at the bounds the quantized
+    program clamps the floats at, where quantizing them changes them: in graph order."""
+    found = []
+    for node in view.nodes:
+        bounds = _bounds(node) if node.op == "call_function" and node.args else None
+        source = node.args[0] if bounds is not None else None
+        if bounds is None or not isinstance(source, Node) or output_dtype(source) not in INTEGER:
+            continue
+        twin = view.as_quantized(node)
+        if twin is node or _activation(twin) != _activation(node) or _bounds(twin) != bounds:
+            continue  # not the model's activation, or a pass changed its bounds
+        read, written = read_as(view, source), read_as(view, node)
+        if read is None or written is None or not same_reading(read, written):
+            continue
+        integers = (_quantized(bounds[0], read), _quantized(bounds[1], read))
+        if integers != bounds:
+            found.append(IntegerClamp(node, bounds, integers, read))
+    return found
+
+
 def restorable(view: GraphView, invalid: Invalid) -> bool:
     """Whether `--fix` can make the program valid: the problem is a float read, and the lowering
-    recorded the qparams of every quantize it folded away before an integer kernel."""
-    return invalid.float_read is not None and all(read.qparams is not None for read in float_reads(view))
+    recorded the qparams of every quantize it folded away before an integer kernel; or it is a
+    clamping activation on the integers with the float model's bounds (`integer_clamps`)."""
+    if invalid.float_read is not None:
+        return all(read.qparams is not None for read in float_reads(view))
+    return any(clamp.node is invalid.node for clamp in integer_clamps(view))
 
 
 def _float_read_problem(read: FloatRead) -> Invalid:
@@ -204,10 +287,11 @@ def _float_read(view: GraphView, kernel: Node, arg: Node) -> FloatRead:
     return FloatRead(kernel, producer, qparams, tuple(reversed(through)))
 
 
-def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]] = ()) -> Invalid | None:
+def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]] = ()) -> Invalid | Unchecked | None:
     """The first node of a lowered program that cannot run, or None. With `batches` and the quantized
     program the view was made with, a program that runs is also run against it on them: the first
-    node whose values the lowering changed."""
+    node whose values the lowering changed. Unchecked when a run this needs would hold more than the
+    check may (`values.RUN_BUDGET_BYTES`): where it stopped."""
     open_question = False
     for node in view.nodes:
         if node.op != "call_function":
@@ -216,14 +300,13 @@ def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]] = ()) -> In
         if isinstance(found, Invalid):
             return found
         open_question = open_question or found == "open"
-    runnable = hasattr(view.program, "module") and view.lowered  # a lowered graph's shapes were re-traced
-    if not runnable or sum(recorded_bytes(n) for n in view.nodes) > RUN_BUDGET_BYTES:
+    if not (hasattr(view.program, "module") and view.lowered):  # a lowered graph's shapes were re-traced
         return None
     failing = _first_failing(view) if open_question else None
     if failing is not None or view.quantized is None or not batches:
         return failing
     diverged = first_divergence(view, batches)
-    return _divergence_problem(diverged) if diverged is not None else None
+    return _divergence_problem(diverged) if isinstance(diverged, Divergence) else diverged
 
 
 def _divergence_problem(diverged: Divergence) -> Invalid:
@@ -238,17 +321,7 @@ def _divergence_problem(diverged: Divergence) -> Invalid:
     )
 
 
-class _Tracking(Interpreter):
-    """Runs a graph node by node, remembering which node is running."""
-
-    current: Node | None = None
-
-    def run_node(self, n: Node) -> Any:
-        self.current = n
-        return super().run_node(n)
-
-
-def _first_failing(view: GraphView) -> Invalid | None:
+def _first_failing(view: GraphView) -> Invalid | Unchecked | None:
     from qlint.graph.readers import seeded_batches
 
     module = view.module
@@ -261,14 +334,15 @@ def _first_failing(view: GraphView) -> Invalid | None:
             return None  # not a tensor input this check can make up
         templates.append(torch.zeros_like(val, device="cpu"))  # keeps the recorded strides
     [inputs] = seeded_batches(tuple(templates), 1, 0)
-    runner = _Tracking(module)
+    runner = Stepper(Runnable(module, list), inputs, held("run"), "lowered")
     try:
         with torch.no_grad():
-            runner.run(*inputs)
+            runner.run_all()
+    except OverBudget as over:
+        return replace(over.unchecked, node=by_name(view.nodes, over.unchecked.node))
     except Exception as exc:  # the reference kernel refused: that is the finding
         failing = runner.current
         if failing is None:
             return None
-        original = next((n for n in view.nodes if n.name == failing.name), failing)
-        return Invalid(original, _dtype_names(_tensor_inputs(failing)), first_line(exc))
+        return Invalid(by_name(view.nodes, failing), _dtype_names(_tensor_inputs(failing)), first_line(exc))
     return None

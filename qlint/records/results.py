@@ -298,6 +298,7 @@ class FixSummary:
     verified_inputs: int = 0
     output: str | None = None
     dry_run: bool = False
+    not_written: str = ""   # why no fix was written: the check found what it cannot fix (its findings say it)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

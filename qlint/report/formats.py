@@ -158,6 +158,8 @@ def _tally(fix: FixSummary, codes: tuple[str, ...]) -> tuple[int, int]:
 
 
 def fix_lines(fix: FixSummary) -> list[str]:
+    if fix.not_written:
+        return [not_written_line(fix)]
     verb = "would fold" if fix.dry_run else "folded"
     head = f"{fix.artifact}: {'--diff' if fix.dry_run else 'fixed'}"
     if fix.output:
@@ -189,6 +191,11 @@ def fix_lines(fix: FixSummary) -> list[str]:
         f"  lowering repair: {'needed (linear feeding a batch matmul)' if fix.lowering_repair else 'not needed'}"
     )
     return lines
+
+
+def not_written_line(fix: FixSummary) -> str:
+    """A fix the check's own findings refused: nothing was written for the artifact, and why."""
+    return f"{fix.artifact}: fix not written: {fix.not_written}"
 
 
 def _measured(m: Measurement) -> str:
@@ -301,6 +308,9 @@ def totals(report: Report) -> str:
         text = f"Found {len(report.findings)} finding{'s' if len(report.findings) != 1 else ''} ({parts})."
         if fixable:
             text += f"\n[*] {fixable} fixable with `qlint check --fix`."
+    refused = sum(1 for fix in report.fixes if fix.not_written)
+    if refused:
+        text += f"\n{refused} fix{'es' if refused != 1 else ''} not written: the findings above say why."
     if report.errors:
         text += f"\n{len(report.errors)} input{'s' if len(report.errors) != 1 else ''} could not be checked."
     return text
@@ -356,6 +366,10 @@ def github(report: Report) -> str:
         lines.append(f"::{GITHUB_LEVEL[f.severity]} {','.join(props)}::{github_value(f'{f.artifact}: {f.message}')}")
     for e in report.errors:
         lines.append(f"::error file={github_value(e.artifact, True)},title=qlint::{github_value(e.message)}")
+    for fix in report.fixes:
+        if fix.not_written:
+            lines.append(f"::warning file={github_value(fix.artifact, True)},title=qlint --fix::"
+                         f"{github_value(not_written_line(fix))}")
     if report.compared is not None:
         lines += _delta_annotations(report)
     return "\n".join(printable(line) for line in lines)
@@ -416,6 +430,8 @@ def sarif(report: Report) -> str:
             }
         )
     notifications = [{"level": "error", "message": {"text": f"{e.artifact}: {e.message}"}} for e in report.errors]
+    notifications += [{"level": "warning", "message": {"text": not_written_line(fix)}}
+                      for fix in report.fixes if fix.not_written]
     run = {
         "tool": {
             "driver": {

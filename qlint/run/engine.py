@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from qlint.fix.over_budget import figure_findings
 from qlint.io.reads import CONFIGURED, ReadError, first_line, printable, shown_path
-from qlint.records.results import InputError, Report
+from qlint.records.results import FixSummary, InputError, Report
 from qlint.run.cache import Cache
 from qlint.settings.config import Config, RemedyName, Target
 from qlint.settings.options import FixOptions, RunOptions
 
 if TYPE_CHECKING:
     from qlint.fix.apply import FixResult
+    from qlint.graph.rules import Linted
 
 
 def _matches(rel: str, patterns: Iterable[str]) -> bool:
@@ -149,7 +150,12 @@ def fix_into(
         result = fix_program(program, artifact, config, inputs, options)
         _measured_fix(report, artifact, result, options)
     except FixError as exc:
-        report.errors.append(InputError(artifact, str(exc)))
+        if exc.refused is None:
+            report.errors.append(InputError(artifact, str(exc)))
+            return
+        # A finding of the check is why: the check's report, and the fix it did not write
+        _checked(report, program, exc.refused, artifact, config, options, inputs)
+        report.fixes.append(FixSummary(artifact, not_written=exc.why))
         return
     except VerificationError as exc:
         report.errors.append(InputError(artifact, f"fix failed verification, nothing written: {exc}"))
@@ -453,26 +459,32 @@ def _lint_or_fix(report: Report, program: Any, artifact: str, config: Config, op
                  measured: Callable[..., Any] | None = None) -> None:
     """The step files and targets share: lint a quantized program, or fix it into its `.pte`
     (`fix_destination`; `measured`: cycles a profile measured, `lint_program`'s `measure`)."""
+    from qlint.fix.apply import verification_inputs
+
     if options.fix is None:
         from qlint.graph.lint import lint_program
 
         linted = lint_program(program, artifact, config, options, measure=measured)
-        report.findings.extend(linted.findings)
-        report.stats.append(linted.stats)
-        if options.measure:
-            from qlint.fix.apply import verification_inputs
-            from qlint.fix.measure import measure
-
-            inputs = verification_inputs(example, extra)
-            figures = measure(program, linted, artifact, config, inputs, options)
-            if linted.stats.measured_runs:
-                figures.timed_by(linted.stats)
-            report.figures.append(figures)
+        _checked(report, program, linted, artifact, config, options,
+                 verification_inputs(example, extra) if options.measure else [])
         return
-    from qlint.fix.apply import verification_inputs
 
     destination = fix_destination(work, config, options.fix)
     fix_into(report, program, artifact, destination, verification_inputs(example, extra), config, options)
+
+
+def _checked(report: Report, program: Any, linted: Linted, artifact: str, config: Config, options: RunOptions,
+             inputs: list[tuple[Any, ...]]) -> None:
+    """A check's findings, stats and (when budgets or metrics ask) figures, measured on `inputs`, into `report`."""
+    report.findings.extend(linted.findings)
+    report.stats.append(linted.stats)
+    if options.measure:
+        from qlint.fix.measure import measure
+
+        figures = measure(program, linted, artifact, config, inputs, options)
+        if linted.stats.measured_runs:
+            figures.timed_by(linted.stats)
+        report.figures.append(figures)
 
 
 @dataclass(frozen=True)

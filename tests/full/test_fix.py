@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -489,3 +490,89 @@ def test_fix_refuses_a_lowered_program_that_cannot_run(quantized: Callable[..., 
         with pytest.raises(FixError, match="^cannot fix: lowered program cannot run: aten.hardswish.default at "
                                            "aten_hardswish_default receives int8"):
             fix(program, [example("make_conv_hardswish")], config)
+
+
+class FanOut(torch.nn.Module):
+    """x -> linear -> (relu, h - 1), and with `where` also `torch.where(x > 0.5, x, y)`. The relu's input has
+    another user, so the Cortex-M passes cannot fuse it into the linear kernel: ExecuTorch 1.5.1 leaves a
+    standalone `aten.relu` on the int8 integers, whose zero point is not 0, and it clamps them at 0."""
+
+    def __init__(self, where: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear, self.where = torch.nn.Linear(8, 8), where
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = self.linear(x)
+        return (torch.relu(h), h - 1.0, *([torch.where(x > 0.5, x, y)] if self.where else []))
+
+
+@pytest.fixture(scope="module")
+def fan_out(tmp_path_factory: pytest.TempPathFactory) -> Callable[[bool], tuple[Any, Path]]:
+    """`fan_out(where)` -> the quantized program and its .pt2, built once."""
+    from qlint.graph.quantize import quantize
+
+    built: dict[bool, tuple[Any, Path]] = {}
+
+    def get(where: bool) -> tuple[Any, Path]:
+        if where not in built:
+            generator = torch.Generator().manual_seed(0)
+            example = (torch.randn(1, 8, generator=generator), torch.randn(1, 8, generator=generator))
+            program = quantize(FanOut(where).eval(), example, [example])
+            path = tmp_path_factory.mktemp("fan-out") / f"fan_out{'_where' if where else ''}.pt2"
+            torch.export.save(program, str(path))
+            built[where] = program, path
+        return built[where]
+
+    return get
+
+
+def test_a_relu_left_on_integers_is_clamped_at_the_zero_point_by_fix(
+        fan_out: Callable[[bool], tuple[Any, Path]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The relu's input has the zero point 12: the stock lowering's relu keeps the integers 0 to 11 (down to
+    -0.094 once read) where the quantized program gives 0.0. `--fix` clamps at the zero point, the one
+    right answer, and writes the program once the value check passes it on every verification input."""
+    from qlint.graph.validity import find_invalid
+
+    program, pt2 = fan_out(False)
+    code, report = run_json(["check", "--no-cache", str(pt2)], capsys)
+    assert code == 1 and sorted(f["code"] for f in report["findings"]) == ["QL001", "QL005", "QL007"]
+    [wrong] = [f for f in report["findings"] if f["code"] == "QL007"]
+    assert wrong["fixable"] and wrong["node"] == "aten_relu_default" and wrong["details"]["steps"] == 12
+    assert wrong["details"]["expected_value"] == 0
+    assert wrong["details"]["lowered_value"] == pytest.approx(-12 * 0.00783951)
+    code, out, err = run_cli(["check", "--no-cache", "--fix", "--output-dir", str(tmp_path), str(pt2)], capsys)
+    assert code == 0, out + err
+    assert ("  folded QL007 at aten_relu_default: aten.relu.default clamped the int8 integers at 0, not at the zero "
+            "point: now aten.clamp at 12 (int8(scale=0.00783951, zp=12, range=[-128, 127]))") in out.splitlines()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fan_out.etrecord", "fan_out.pte"]
+    result = fix(program, [tuple(torch.randn(1, 8) for _ in range(2))])
+    [clamp] = [n for n in result.program.graph.nodes if n.name == "aten_relu_default"]
+    assert op_name(clamp) == "aten.clamp.default" and clamp.args[1:] == (12, None)
+    assert find_invalid(GraphView(result.program, quantized=program), seeded((torch.randn(1, 8),) * 2)) is None
+
+
+def test_fix_that_cannot_repair_the_lowering_gives_the_findings_and_writes_nothing(
+        fan_out: Callable[[bool], tuple[Any, Path]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With a `torch.where` lowered wrong beside the relu, the relu is repaired but the where has no repair:
+    the check's findings are shown, the one that refused the fix among them, nothing is written, and the
+    exit is the findings' (1), not an input error's."""
+    _, pt2 = fan_out(True)
+    args = ["check", "--no-cache", "--fix", "--output-dir", str(tmp_path), str(pt2)]
+    code, out, err = run_cli([*args, "--write", f"json:{tmp_path / 'r.json'}", "--write", f"github:{tmp_path / 'r.gh'}",
+                              "--write", f"sarif:{tmp_path / 'r.sarif'}"], capsys)
+    assert code == 1 and err == "", out + err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert sorted((f["code"], f["node"], f["fixable"]) for f in report["findings"]) == [
+        ("QL001", "aten_sub_tensor", True), ("QL005", "", False), ("QL007", "aten_relu_default", True),
+        ("QL007", "aten_where_self", False)]
+    why = "lowered program computes other values (QL007 at aten_where_self)"
+    assert [f["not_written"] for f in report["fixes"]] == [why] and report["errors"] == []
+    assert f"{pt2}: fix not written: {why}" in out.splitlines()
+    assert out.endswith("Found 4 findings (3 error, 1 warning).\n[*] 2 fixable with `qlint check --fix`.\n"
+                        "1 fix not written: the findings above say why.\n")
+    assert f"::warning file={pt2},title=qlint --fix::{pt2}: fix not written: {why}" in (tmp_path / "r.gh").read_text()
+    [run] = json.loads((tmp_path / "r.sarif").read_text())["runs"]
+    assert run["invocations"][0]["toolExecutionNotifications"] == [
+        {"level": "warning", "message": {"text": f"{pt2}: fix not written: {why}"}}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.gh", "r.json", "r.sarif"]

@@ -3,6 +3,7 @@ lowered from, node by node, on the program's own inputs (a check) and on the fix
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def test_a_lowering_that_changes_the_values_is_ql007_at_the_node_that_changed_th
     program, example = integer_clamp
     checked = lint_program(program, "clamp", Config())
     [finding] = [f for f in checked.findings if f.code == "QL007"]
-    assert finding.severity == "error" and not finding.fixable
+    assert finding.severity == "error" and finding.fixable
     assert finding.message.startswith(
         "lowered program computes other values: aten.clamp.default at aten_clamp_default receives int16: it computes "
         "other values than the quantized program's clamp: ")
@@ -49,8 +50,29 @@ def test_a_lowering_that_changes_the_values_is_ql007_at_the_node_that_changed_th
     assert finding.details["expected_value"] == pytest.approx(-1.0, abs=1e-3)
     assert abs(finding.details["lowered_value"]) < 1e-3  # the integer -1, read back: one step of the scale
     assert finding.location.code == "return x.clamp(-1, 1)"
-    with pytest.raises(FixError, match="^cannot fix: lowered program computes other values: aten.clamp.default"):
-        fix_program(program, "clamp", Config(), verification_inputs(example), linted=checked)
+
+
+def test_fix_clamps_the_integers_at_the_quantized_bounds_and_the_value_check_passes_it(
+        integer_clamp: tuple[Any, tuple[torch.Tensor]]) -> None:
+    """A clamp on the integers has one right answer: its bounds quantized as its input and output are read.
+    `--fix` makes that clamp, and writes it only once the value check passes it on every verification input."""
+    from qlint.graph.validity import find_invalid
+
+    program, example = integer_clamp
+    checked = lint_program(program, "clamp", Config())
+    batches = verification_inputs(example)
+    fixed = fix_program(program, "clamp", Config(), batches, linted=checked)
+    [repair] = [f for f in fixed.summary.folds if f.code == "QL007"]
+    assert (repair.kind, repair.node) == ("clamp", "aten_clamp_default")
+    assert repair.change == (
+        "aten.clamp.default clamped the int16 integers at [-1, 1], the model's float bounds: now aten.clamp at "
+        "[-7746, 7746], those bounds quantized (int16(scale=0.000129107, zp=0, range=[-32767, 32767]))")
+    [clamp] = [n for n in fixed.program.graph.nodes if n.name == "aten_clamp_default"]
+    assert clamp.args[1:] == (-7746, 7746) and fixed.findings == [] and fixed.pte
+    assert find_invalid(GraphView(fixed.program, quantized=program), batches) is None
+    unfixed = checked.lowered
+    assert unfixed is not None
+    assert [n.args[1:] for n in unfixed.graph.nodes if n.name == "aten_clamp_default"] == [(-1, 1)]
 
 
 def test_the_float_bounds_clamp_agrees_and_the_check_finds_nothing(
@@ -156,3 +178,105 @@ def test_a_config_target_whose_kernel_reads_floats_fails_and_fix_writes_a_valid_
     assert "put back the quantize of aten.full.default's output" in out + err
     code, out, _ = run_cli(["check", "--no-cache", str(written)], capsys)
     assert "QL007" not in out and "QL008" not in out and code == 0, out
+
+
+class WhereBesideABigBranch(torch.nn.Module):
+    """`torch.where(x > 0.5, x, y)`, which ExecuTorch 1.5.1 lowers wrong (the 0.5 compared with the int8
+    integers), after a branch whose tensors hold 115 MB (`repeat`'s float output) of the quantized
+    program's 259 MB: the value check runs through the branch, in graph order, before it reaches the where."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        big = x.repeat(1, 1800000).amax()
+        return torch.where(x > 0.5, x, y), big
+
+
+@pytest.fixture(scope="module")
+def big_where(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    generator = torch.Generator().manual_seed(0)
+    example = tuple(torch.randn(1, 16, generator=generator) * 2 for _ in range(2))
+    path = tmp_path_factory.mktemp("big-where") / "where.pt2"
+    torch.export.save(quantize(WhereBesideABigBranch(), example, [example]), str(path))
+    return path
+
+
+WHERE_DIVERGES = ("lowered program computes other values: aten.where.self at aten_where_self receives bool, int8, "
+                  "int8: it computes other values than the quantized program's where: ")
+
+
+def test_a_wrong_lowering_beside_tensors_of_hundreds_of_megabytes_is_still_ql007(
+        big_where: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both programs' tensors total 288 MB, over the 256 MiB the check may hold: it runs them in step and
+    drops each value once nothing needs it, so it holds what is live (about 64 MB here) and finds the where."""
+    assert big_where.stat().st_size < 64 * 1024
+    code, out, _ = run_cli(["check", "--no-cache", str(big_where)], capsys)
+    assert code == 1, out
+    [line] = [line for line in out.splitlines() if "QL007" in line]
+    assert line.startswith(f"{big_where}: QL007 [error] {WHERE_DIVERGES}")
+
+
+def test_a_value_check_past_its_bound_says_so_in_every_format(
+        big_where: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a run would hold more than the bound, QL007 says it cannot check, at the node it stopped
+    before, in every format: a check that did not run is never a pass."""
+    from qlint.graph import values
+    from qlint.report.escape import markdown_text
+
+    monkeypatch.setattr(values, "RUN_BUDGET_BYTES", 32 * 1024 * 1024)
+    message = ("lowered program's values cannot be checked: running it beside the quantized program would hold "
+               "61 MiB at once at aten_repeat_default (aten.repeat.default), over the 32 MiB (33,554,432 B) "
+               "the check may hold")
+    written = {f: tmp_path / f"report.{f}" for f in ("json", "github", "sarif", "markdown")}
+    code, out, err = run_cli(["check", "--no-cache", str(big_where),
+                              *(a for f, p in written.items() for a in ("--write", f"{f}:{p}"))], capsys)
+    assert code == 1, out + err
+    assert f"{big_where}: QL007 [error] {message}" in out.splitlines()
+    [finding] = json.loads(written["json"].read_text())["findings"]
+    assert (finding["code"], finding["message"], finding["node"]) == ("QL007", message, "aten_repeat_default")
+    assert finding["details"]["unchecked"] == "values" and finding["details"]["budget_bytes"] == 32 * 1024 * 1024
+    assert finding["location"]["code"] == "big = x.repeat(1, 1800000).amax()"
+    assert f"title=QL007 lowered-program-invalid::{big_where}: {message}" in written["github"].read_text()
+    [result] = json.loads(written["sarif"].read_text())["runs"][0]["results"]
+    assert (result["ruleId"], result["level"], result["message"]["text"]) == ("QL007", "error", message)
+    assert f"| {markdown_text(message)} |" in written["markdown"].read_text()
+
+
+def test_a_run_of_the_lowered_program_past_the_bound_says_so(
+        big_where: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`aten.repeat` on int8 is no elementwise op: only running the lowered program tells whether it runs.
+    Past the bound that run is not made, and QL007 says so instead of passing."""
+    from qlint.graph import values
+    from qlint.graph.readers import read_pt2, sample_inputs
+
+    monkeypatch.setattr(values, "RUN_BUDGET_BYTES", 16 * 1024 * 1024)
+    program = read_pt2(big_where.read_bytes(), Config().limits)
+    checked = lint_program(program, "where", Config())
+    [finding] = [f for f in checked.findings if f.code == "QL007"]
+    assert finding.message == (
+        "whether the lowered program runs cannot be checked: running it would hold 27 MiB at once at "
+        "aten_repeat_default (aten.repeat.default), over the 16 MiB (16,777,216 B) the check may hold")
+    assert finding.details["unchecked"] == "run" and not finding.fixable
+    with pytest.raises(FixError) as refused:  # a fix of a program the check could not check is not written
+        fix_program(program, "where", Config(), verification_inputs(sample_inputs(program)), linted=checked)
+    assert str(refused.value) == f"cannot fix: {finding.message}"
+
+
+@pytest.mark.parametrize("shape", [(1, 3 * (1 << 18) + 5), (1, 700, 1100, 3), ()])
+def test_a_node_is_judged_a_slice_at_a_time_and_every_element_counts(shape: tuple[int, ...]) -> None:
+    """The largest difference of a compared node is found in whichever slice it is, with both values there."""
+    from qlint.graph.values import _as_read, _worst
+    from qlint.rules.qparams import QParams
+
+    qparams = QParams(0.5, 3, -128, 127, "int8")
+    got = torch.full(shape, 3, dtype=torch.int8)
+    want = torch.zeros(shape)                     # the quantized program's float: the integer 3 there
+    if len(shape) == 4:
+        got, want = (t.contiguous(memory_format=torch.channels_last) for t in (got, want))
+    last = tuple(s - 1 for s in shape)
+    want[last] = -4.0                             # the integer -5: 8 steps from 3
+    worst = _worst(got, want, qparams, None)
+    assert (worst.steps, worst.lowered, worst.expected) == (8.0, 0.0, -4.0)
+    finite = torch.ones(shape, dtype=torch.bool)
+    finite[last] = False                          # where the quantize reads no finite value: not compared
+    assert _worst(got, want, qparams, finite).steps == 0.0
+    read = _as_read(want, qparams, torch.int8)
+    assert read.stride() == want.stride() and read[last] == -5 and int((read == 3).sum()) == got.numel() - 1
