@@ -429,20 +429,31 @@ def test_a_profile_whose_cycles_sum_past_what_figures_hold_exactly_is_refused(
 def _shared_event_bomb(count: int) -> bytes:
     """A valid ETDump flatbuffer whose one run lists the same event table `count` times: a few bytes an
     event in the file, a few hundred each once decoded."""
+
+    def event(builder: Any) -> int:
+        name = builder.CreateString("OPERATOR_CALL")
+        builder.StartObject(8)  # ProfileEvent
+        builder.PrependUOffsetTRelativeSlot(0, name, 0)
+        builder.PrependUint64Slot(7, 10, 0)
+        profile = builder.EndObject()
+        builder.StartObject(3)  # Event
+        builder.PrependUOffsetTRelativeSlot(0, profile, 0)
+        return int(builder.EndObject())
+
+    return _one_event_listed(count, event)
+
+
+def _one_event_listed(count: int, event: Callable[[Any], int]) -> bytes:
+    """An ETDump of one run that lists the event table `event` builds `count` times, as the runtime
+    writes one (size-prefixed, `ED00`)."""
     import flatbuffers
 
     builder = flatbuffers.Builder(1024)
-    name, block = builder.CreateString("OPERATOR_CALL"), builder.CreateString("Execute")
-    builder.StartObject(8)  # ProfileEvent
-    builder.PrependUOffsetTRelativeSlot(0, name, 0)
-    builder.PrependUint64Slot(7, 10, 0)
-    profile = builder.EndObject()
-    builder.StartObject(3)  # Event
-    builder.PrependUOffsetTRelativeSlot(0, profile, 0)
-    event = builder.EndObject()
+    built = event(builder)
+    block = builder.CreateString("Execute")
     builder.StartVector(4, count, 4)
     for _ in range(count):
-        builder.PrependUOffsetTRelative(event)
+        builder.PrependUOffsetTRelative(built)
     events = builder.EndVector()
     builder.StartObject(4)  # RunData
     builder.PrependUOffsetTRelativeSlot(0, block, 0)
@@ -487,41 +498,26 @@ def test_hostile_profiles_are_refused_before_they_are_decoded(
 def _fat_event_bomb(count: int, fat: int = 330) -> bytes:
     """A valid ETDump whose one run lists `count` times one event whose strings are `fat` control
     characters each: every character six bytes of JSON (`\\u0001`), every reference decoded anew."""
-    import flatbuffers
 
-    builder = flatbuffers.Builder(1024)
-    text = "\x01" * fat
-    name, block = builder.CreateString("Method::execute"), builder.CreateString("Execute")
-    strings = [builder.CreateString(text) for _ in range(3)]
-    builder.StartObject(8)  # ProfileEvent, not an instruction's: chain -1
-    builder.PrependUOffsetTRelativeSlot(0, name, 0)
-    builder.PrependInt32Slot(1, -1, 0)
-    builder.PrependUOffsetTRelativeSlot(4, strings[0], 0)
-    profile = builder.EndObject()
-    builder.StartObject(6)  # DebugEvent
-    builder.PrependUOffsetTRelativeSlot(4, strings[1], 0)
-    builder.PrependUOffsetTRelativeSlot(5, strings[2], 0)
-    debug = builder.EndObject()
-    builder.StartObject(3)  # Event
-    builder.PrependUOffsetTRelativeSlot(0, profile, 0)
-    builder.PrependUOffsetTRelativeSlot(2, debug, 0)
-    event = builder.EndObject()
-    builder.StartVector(4, count, 4)
-    for _ in range(count):
-        builder.PrependUOffsetTRelative(event)
-    events = builder.EndVector()
-    builder.StartObject(4)  # RunData
-    builder.PrependUOffsetTRelativeSlot(0, block, 0)
-    builder.PrependUOffsetTRelativeSlot(3, events, 0)
-    run = builder.EndObject()
-    builder.StartVector(4, 1, 4)
-    builder.PrependUOffsetTRelative(run)
-    runs = builder.EndVector()
-    builder.StartObject(2)  # ETDump
-    builder.PrependUOffsetTRelativeSlot(1, runs, 0)
-    root = builder.EndObject()
-    builder.FinishSizePrefixed(root, file_identifier=b"ED00")
-    return bytes(builder.Output())
+    def event(builder: Any) -> int:
+        text = "\x01" * fat
+        name = builder.CreateString("Method::execute")
+        strings = [builder.CreateString(text) for _ in range(3)]
+        builder.StartObject(8)  # ProfileEvent, not an instruction's: chain -1
+        builder.PrependUOffsetTRelativeSlot(0, name, 0)
+        builder.PrependInt32Slot(1, -1, 0)
+        builder.PrependUOffsetTRelativeSlot(4, strings[0], 0)
+        profile = builder.EndObject()
+        builder.StartObject(6)  # DebugEvent
+        builder.PrependUOffsetTRelativeSlot(4, strings[1], 0)
+        builder.PrependUOffsetTRelativeSlot(5, strings[2], 0)
+        debug = builder.EndObject()
+        builder.StartObject(3)  # Event
+        builder.PrependUOffsetTRelativeSlot(0, profile, 0)
+        builder.PrependUOffsetTRelativeSlot(2, debug, 0)
+        return int(builder.EndObject())
+
+    return _one_event_listed(count, event)
 
 
 def test_a_profile_costs_its_events_not_what_its_strings_decode_to(
