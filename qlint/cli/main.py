@@ -17,7 +17,7 @@ from qlint.cli.commands.boards import BOARD_FORMATS, cmd_boards
 from qlint.cli.commands.check import cmd_check
 from qlint.cli.commands.init import cmd_init
 from qlint.cli.commands.rule import cmd_rule
-from qlint.cli.commands.rules import cmd_rules
+from qlint.cli.commands.rules import RULE_FORMATS, cmd_rules
 from qlint.cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED
 from qlint.cli.output import say, to_devnull, usage_error
 from qlint.report import EXTRA_WRITES, OUTPUT_FORMATS
@@ -231,9 +231,14 @@ def build_parser() -> _Parser:
     for options in (_selection_options, _output_options, _lowering_options, _fix_options, _run_options):
         options(check)
 
-    rule = sub.add_parser("rule", help="explain a rule")
-    rule.add_argument("code")
+    rule = sub.add_parser("rule", help="explain a rule (or every rule, --all)")
+    rule.add_argument("code", nargs="?", help="the rule's code, e.g. QL001")
+    rule.add_argument("--all", action="store_true", help="every rule's page, in code order")
+    rule.add_argument("--output-format", choices=RULE_FORMATS, default="text",
+                      help="json: the rule's fields and its page (a list with --all)")
     rules = sub.add_parser("rules", help="list the rules")
+    rules.add_argument("--output-format", choices=RULE_FORMATS, default="text",
+                       help="json: every field of every rule, its page included")
     boards = sub.add_parser("boards", help="list the boards a budget can name, with their SRAM and flash")
     boards.add_argument("--config", type=Path, help="config file whose own `boards:` to list too "
                         "(default: .qlint.yaml here or above)")
@@ -296,9 +301,12 @@ def _dispatch(argv: list[str]) -> int:
     if extra:
         parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "rules":
-        return cmd_rules()
+        return cmd_rules(args.output_format)
     if args.command == "rule":
-        return cmd_rule(args.code)
+        if (args.code is None) == (not args.all):
+            parser.commands["rule"].error("give one rule code, or --all" if args.code is None
+                                          else "argument --all: not allowed with a rule code")
+        return cmd_rule(None if args.all else args.code, args.output_format)
     if args.command == "boards":
         return cmd_boards(args.config, args.output_format, args.verbose)
     if args.command == "init":

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch.fx import Node
 
+from qlint.fix.errors import FixError, VerificationError
 from qlint.fix.repair import rebound_clamps, restore_quantizes
 from qlint.graph.folds import Fold, FoldKind
 from qlint.graph.islands import fp32_compute, requantize_pairs
@@ -42,28 +43,6 @@ from qlint.settings.options import RunOptions
 
 if TYPE_CHECKING:
     from qlint.graph.rules import Linted
-
-
-class FixError(Exception):
-    """The artifact cannot be fixed: one line, nothing written. `refused`: the check of the program,
-    when a finding of it is why (`finding`: QL003, QL007, with the rule enabled), so the report gives
-    those findings and says the fix was not written, where otherwise the artifact is an input error."""
-
-    def __init__(self, message: str, refused: Linted | None = None, finding: Finding | None = None) -> None:
-        super().__init__(message)
-        self.refused, self.finding = refused, finding
-
-    @property
-    def why(self) -> str:
-        """Why, in a line beside the findings: what the finding that refused the fix says, and where."""
-        if self.finding is None:
-            return str(self).removeprefix("cannot fix: ")
-        at = f" at {self.finding.node}" if self.finding.node else ""
-        return f"{self.finding.message.split(': ', 1)[0]} ({self.finding.code}{at})"
-
-
-class VerificationError(Exception):
-    """The folded program's outputs differ from the unfolded program's."""
 
 
 def _erase_if_dead(program: Any, nodes: Sequence[Node]) -> None:

@@ -316,15 +316,24 @@ def totals(report: Report) -> str:
     return text
 
 
-def statistics(report: Report) -> str:
+def _counts(report: Report) -> list[dict[str, Any]]:
+    """Findings per rule, most first (ruff's `--statistics`): code, name, count, and whether any is fixable."""
     catalog = load_catalog()
     counts = Counter(f.code for f in report.findings)
     fixable = {f.code for f in report.findings if f.fixable}
-    rows = [
-        [count, code, "[*]" if code in fixable else "", catalog[code].name]
-        for code, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    ]
+    return [{"code": code, "name": catalog[code].name, "count": count, "fixable": code in fixable}
+            for code, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def statistics(report: Report) -> str:
+    """`--statistics`: a line a rule, its count first."""
+    rows = [[c["count"], c["code"], "[*]" if c["fixable"] else "", c["name"]] for c in _counts(report)]
     return tabulate(rows, tablefmt="plain")
+
+
+def statistics_json(report: Report) -> str:
+    """`--statistics --output-format json`: the same counts as a list of records, as ruff writes them."""
+    return json.dumps(_counts(report), indent=2)
 
 
 def as_json(report: Report) -> str:

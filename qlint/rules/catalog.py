@@ -66,6 +66,14 @@ def enabled_rules(scope: Scope, config: Selection, tier: str = "full") -> list[R
     return [r for code, r in sorted(catalog.items()) if r.scope == scope and config.enabled(code)]
 
 
+def rule_record(r: Rule) -> dict[str, object]:
+    """Every field of a rule, its page as `explanation` (ruff's `rule --output-format json`), for
+    `qlint rules --output-format json` and `qlint rule --output-format json`."""
+    return {"code": str(r.code), "name": r.name, "summary": r.summary, "default_severity": r.default_severity,
+            "fix": r.fix_text, "applicability": str(r.applicability), "availability": str(r.availability),
+            "scope": str(r.scope), "static": r.static, "guards": list(r.guards), "explanation": render_rule(r)}
+
+
 def render_rule(r: Rule) -> str:
     """The `qlint rule CODE` page: ruff's what / why / example / fix safety."""
     guards = ", ".join(r.guards) if r.guards else "none"

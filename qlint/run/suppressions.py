@@ -120,8 +120,9 @@ class BaselineError(Exception):
     """A baseline that cannot be read or written: one line, exit 2."""
 
 
-def apply_baseline(report: Report, path: Path) -> int:
-    """Drop findings the baseline accepts (up to its count per key); return how many."""
+def read_baseline(path: Path) -> Counter[str]:
+    """How many findings of each key the baseline at `path` accepts; a BaselineError when it cannot be read.
+    Read before a run starts, so that a bad baseline is said before anything is checked."""
     where = printable(str(path))
     try:
         data = read_json(path, RECORD_MAX_BYTES, "baseline", "a qlint baseline")
@@ -136,13 +137,19 @@ def apply_baseline(report: Report, path: Path) -> int:
         if not isinstance(key, str) or not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise BaselineError(f"{where}: entry {number} is not {{key: text, count: whole number >= 0}}")
         allowed[key] += count
-    kept, accepted = [], 0
+    return allowed
+
+
+def apply_baseline(report: Report, accepted: Counter[str]) -> int:
+    """Drop findings the baseline accepts (up to its count per key); return how many."""
+    allowed = Counter(accepted)
+    kept, dropped = [], 0
     for finding in report.findings:
         key = baseline_key(finding)
         if allowed[key] > 0:
             allowed[key] -= 1
-            accepted += 1
+            dropped += 1
         else:
             kept.append(finding)
     report.findings = kept
-    return accepted
+    return dropped

@@ -16,7 +16,10 @@ from qlint import __version__
 from qlint.rules.catalog import load_catalog
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--version"], ["rules"], ["rule", "QL001"], ["boards"], ["check", "--help"]])
+@pytest.mark.parametrize("args", [
+    ["--help"], ["--version"], ["rules"], ["rule", "QL001"], ["boards"], ["check", "--help"],
+    ["rules", "--output-format", "json"], ["rule", "--all"], ["rule", "--all", "--output-format", "json"],
+])
 def test_fast_commands_do_not_import_torch(args: list[str]) -> None:
     result = subprocess.run([sys.executable, "-c", TORCH_PROBE, *args], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -81,7 +84,7 @@ def qlint(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
         *[(["check", "--static", *extra, "."], ["--compare and --write metrics: need the full check (figures are "
                                                  "measured on the lowered program); drop --static", CHECK_HELP])
           for extra in (["--compare", "base.json"], ["--write", "metrics:m.json"])],
-        (["rule"], ["the following arguments are required: code", "Run 'qlint rule --help' for usage."]),
+        (["rule"], ["give one rule code, or --all", "Run 'qlint rule --help' for usage."]),
         (["rule", "QL999"], [f"unknown rule 'QL999' {KNOWN}", "Run 'qlint rules' for the list."]),
     ],
 )
@@ -166,3 +169,49 @@ def test_an_interrupted_main_leaves_the_callers_ctrl_c_as_it_was(monkeypatch: py
     assert cli.main(["check", "x.pt2"]) == 130
     assert capsys.readouterr().err == "qlint: interrupted\n"
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_rules_and_rule_render_the_catalog_as_json_and_every_page() -> None:
+    """`qlint rules --output-format json`, `qlint rule --all` and `qlint rule [CODE | --all] --output-format json`,
+    as ruff has them: each rule's fields with its page, from the catalog."""
+    from qlint.rules.catalog import render_rule, rule_record
+
+    def run(*args: str) -> str:
+        result = subprocess.run([sys.executable, "-m", "qlint", *args], capture_output=True, text=True, timeout=60)
+        assert (result.returncode, result.stderr) == (0, ""), args
+        return result.stdout
+
+    catalog = list(load_catalog().values())
+    listed = json.loads(run("rules", "--output-format", "json"))
+    assert listed == [rule_record(r) for r in catalog] == json.loads(run("rule", "--all", "--output-format", "json"))
+    assert listed[0] == {
+        "code": "QL001", "name": "constant-scale-island", "summary": catalog[0].summary,
+        "default_severity": "error", "fix": "safe, sometimes available", "applicability": "safe",
+        "availability": "sometimes", "scope": "region", "static": True, "guards": list(catalog[0].guards),
+        "explanation": render_rule(catalog[0]),
+    }
+    assert json.loads(run("rule", "ql009", "--output-format", "json")) == rule_record(catalog[-1])
+    pages = run("rule", "--all")
+    assert pages == "\n".join(render_rule(r) for r in catalog)
+    assert pages.startswith("# constant-scale-island (QL001)\n") and "\n\n# over-budget (QL009)\n" in pages
+
+
+def test_rule_takes_a_code_or_all() -> None:
+    result = subprocess.run([sys.executable, "-m", "qlint", "rule", "QL001", "--all"], capture_output=True, text=True,
+                            timeout=60)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == ["qlint: error: argument --all: not allowed with a rule code",
+                                          "Run 'qlint rule --help' for usage."]
+
+
+def test_statistics_honour_the_json_output_format() -> None:
+    """`--statistics --output-format json`: the counts per rule as records (ruff's), not the text table."""
+    examples = ["examples/attention.pt2", "examples/layernorm.pt2"]
+    args = ["check", "--static", "--statistics", *examples]
+    as_json = qlint([*args, "--output-format", "json"], ROOT)
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout) == [
+        {"code": "QL001", "name": "constant-scale-island", "count": 1, "fixable": False},
+        {"code": "QL004", "name": "requantize-pair", "count": 1, "fixable": False},
+    ]
+    assert qlint(args, ROOT).stdout.splitlines() == ["1  QL001    constant-scale-island", "1  QL004    requantize-pair"]

@@ -1,12 +1,13 @@
 """`qlint check` (and `qlint fix`, which is `check --fix`): check the inputs, print the report,
 exit by the findings.
 
-`cmd_check` is seven steps, in this order, each under its heading below: validate the options,
-select the inputs (and read the base run's metrics), run the engine (which runs every rule, QL009
-over the measured figures too), compare with the base run, apply suppressions and the baseline,
-write the outputs, decide the exit code. A step that ends the run returns its exit code
-and the later ones do not run. Torch is imported by the engine only, once a program has to be
-read: with `--static` never.
+`cmd_check` is six steps, in this order, each under its heading below: validate the options,
+select the inputs (and read the base run's metrics), check them (`qlint.run.check`, which
+`qlint.api.check` calls too: the engine, which runs every rule, QL009 over the measured figures too,
+then suppressions and the baseline), compare with the base run, write the outputs (or the
+baseline), decide the exit code. A step that ends the run returns its exit code and the later ones
+do not run. Torch is imported by the engine only, once a program has to be read: with `--static`
+never.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from qlint.settings.options import FixOptions, LoweringOrder, RunOptions
 
 if TYPE_CHECKING:
     from qlint.records.results import Report
-    from qlint.settings.config import Config, Target
+    from qlint.settings.config import Config
 
 # The severities that make the exit code 1, for each `--fail-on`.
 FAILING = {"error": ("error",), "warning": ("error", "warning"), "info": ("error", "warning", "info"), "never": ()}
@@ -46,10 +47,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     base = _base_metrics(args)
     if base is False:
         return EXIT_ERROR
-    paths, targets = _inputs(args, config)
-    report = _run_engine(args, config, options, paths, targets, base)
+    report = _run(args, config, options, base)
+    if report is None:
+        return EXIT_ERROR
     _compare(report, args, base)
-    ended = _settle(report, args, config)
+    _no_artifacts(report, args)
+    ended = _write_baseline(report, args)
     if ended is not None:
         return ended
     written = _write_outputs(report, args, config)
@@ -141,17 +144,10 @@ def _config(args: argparse.Namespace) -> Config | None:
 
 
 def _with_board(config: Config, args: argparse.Namespace) -> Config:
-    """`config` for `--board` (else its own `board:`) and `--target-cpu`, each board a target names
-    tried as the engine will take it, so that a board and a CPU that disagree (an FPU on a core
-    without one) are refused here, not mid-run. Raises ValueError."""
-    board = args.board if args.board is not None else config.board
-    if board is not None:
-        config = config.with_board(board, args.target_cpu)
-    config = config.with_overrides(target_cpu=args.target_cpu)
-    for target in config.targets:
-        if target.board is not None:
-            config.with_board(target.board)
-    return config
+    """`config` for `--board` and `--target-cpu` (`run.check.for_board`). Raises ValueError."""
+    from qlint.run.check import for_board
+
+    return for_board(config, args.board, args.target_cpu)
 
 
 def _run_options(args: argparse.Namespace, config: Config) -> RunOptions | None:
@@ -170,37 +166,28 @@ def _run_options(args: argparse.Namespace, config: Config) -> RunOptions | None:
                 say(f"qlint: error: --output-dir {printable(str(args.output_dir))}: {problem}")
                 return None
         fix = FixOptions(output_dir=args.output_dir, dry_run=args.diff, unsafe_fixes=args.unsafe_fixes)
-    measure = (config.budgets.any or any(t.budgets is not None for t in config.targets)
-               or args.compare is not None or any(fmt == "metrics" for fmt, _ in args.write))
+    from qlint.run.check import measures
+
+    measure = measures(config, args.compare is not None or any(fmt == "metrics" for fmt, _ in args.write))
     return RunOptions(order=LoweringOrder(args.lowering), verbose=args.verbose, fix=fix, static=args.static,
                       measure=measure and not args.static,
                       profile=None if args.profile is None else str(args.profile),
                       etrecord=None if args.etrecord is None else str(args.etrecord))
 
 
-# Select the inputs.
+# Check the inputs: the engine, then suppressions and the baseline (`qlint.run.check`).
 
 
-def _inputs(args: argparse.Namespace, config: Config) -> tuple[list[Path], list[Target]]:
-    """The paths and config targets to check: the named paths alone, the targets alone with
-    `--targets-only`, else the current directory and the targets (not with `--static`, which
-    cannot build a target)."""
-    if args.targets_only:
-        return [], list(config.targets)
-    if args.paths:
-        return list(args.paths), []
-    return [Path(".")], [] if args.static else list(config.targets)
-
-
-# Run the engine.
-
-
-def _run_engine(args: argparse.Namespace, config: Config, options: RunOptions, paths: list[Path],
-                targets: list[Target], base: dict[str, dict[str, Any]] | None) -> Report:
+def _run(args: argparse.Namespace, config: Config, options: RunOptions,
+         base: dict[str, dict[str, Any]] | None) -> Report | None:
     """The report of every selected input, answered from the result cache where it has one, with
-    the rules over the measured figures (QL009 against `base`, the metrics `--compare` names)."""
+    the rules over the measured figures (QL009 against `base`, the metrics `--compare` names), the
+    suppressions and `--baseline` applied; None after an error line when the baseline cannot be read
+    (it is read before anything is checked). With `--write-baseline` no baseline is applied: it
+    records what is shown after the suppressions."""
     from qlint.graph import stack
-    from qlint.run import engine
+    from qlint.run.check import check, inputs
+    from qlint.run.suppressions import BaselineError
 
     stack.quiet_logs(args.verbose)
     cache = None
@@ -212,10 +199,13 @@ def _run_engine(args: argparse.Namespace, config: Config, options: RunOptions, p
             say(f"qlint: warning: the result cache {printable(str(cache.directory))} is not used: {cache.untrusted}")
     if args.static:
         _say_static_scope()
-    return engine.run(
-        paths, targets, config, options, cache, jobs=args.jobs, shard=args.shard, progress=_progress_bar(args),
-        base=base, taken=_taken(args),
-    )
+    paths, targets = inputs(args.paths, config, targets_only=args.targets_only, static=args.static)
+    try:
+        return check(paths, targets, config, options, cache, baseline=None if args.write_baseline else args.baseline,
+                     jobs=args.jobs, shard=args.shard, progress=_progress_bar(args), base=base, taken=_taken(args))
+    except BaselineError as exc:
+        say(f"qlint: error: {exc}")
+        return None
 
 
 def _taken(args: argparse.Namespace) -> dict[tuple[object, ...], str]:
@@ -280,39 +270,29 @@ def _compare(report: Report, args: argparse.Namespace, base: dict[str, dict[str,
         report.compared, report.deltas = printable(str(args.compare)), deltas(report, base)
 
 
-# Apply suppressions and the baseline.
+# Say an empty run; write the baseline.
 
 
-def _settle(report: Report, args: argparse.Namespace, config: Config) -> int | None:
-    """Drop the findings that `# qlint: ignore` comments and the baseline accept; an exit code when
-    the run ends here (`--write-baseline`, a bad baseline), else None.
-
-    The baseline is written after the suppressions, so that it records only what is still shown.
-    """
-    from qlint.run.suppressions import apply_suppressions
-
-    apply_suppressions(report, config)
+def _no_artifacts(report: Report, args: argparse.Namespace) -> None:
+    """Warn when nothing was found to check (the run goes on: exit 0 but for errors)."""
     if report.checked == 0 and not report.errors:
         where = f" in shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""
         say(f"qlint: warning: no artifacts found{where}")
-    return _baseline(report, args)
 
 
-def _baseline(report: Report, args: argparse.Namespace) -> int | None:
-    """Write the baseline (the run ends: its exit code) or drop what it accepts (None: go on)."""
-    from qlint.run.suppressions import BaselineError, apply_baseline, write_baseline
+def _write_baseline(report: Report, args: argparse.Namespace) -> int | None:
+    """With `--write-baseline`, record the findings shown (the run ends: its exit code); else None: go on."""
+    from qlint.run.suppressions import BaselineError, write_baseline
 
+    if not args.write_baseline:
+        return None
     try:
-        if args.write_baseline:
-            write_baseline(report, args.write_baseline)
-            say(f"wrote {len(report.findings)} findings to {printable(str(args.write_baseline))}")
-            return EXIT_ERROR if report.errors else EXIT_OK
-        if args.baseline:
-            apply_baseline(report, args.baseline)
+        write_baseline(report, args.write_baseline)
     except BaselineError as exc:
         say(f"qlint: error: {exc}")
         return EXIT_ERROR
-    return None
+    say(f"wrote {len(report.findings)} findings to {printable(str(args.write_baseline))}")
+    return EXIT_ERROR if report.errors else EXIT_OK
 
 
 # Write the outputs.
@@ -329,7 +309,7 @@ def _write_outputs(report: Report, args: argparse.Namespace, config: Config) -> 
     for error in report.errors:
         say(f"qlint: error: {error}")
     if args.statistics:
-        shown = emit(formats.statistics(report))
+        shown = emit(formats.statistics_json(report) if args.output_format == "json" else formats.statistics(report))
     elif args.output_format == "text":
         shown = emit(formats.text(report, quiet=args.quiet))
     else:
