@@ -58,7 +58,8 @@ def test_inline_suppression_silences_only_its_line_and_code(tmp_path: Path, caps
 
 
 def test_unused_suppressions_are_reportable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = project(tmp_path, first="  # qlint: ignore[QL001]", extra_config="rules:\n  QL006: warning\n  QL005: off\n")
+    config = project(tmp_path, first="  # qlint: ignore[QL001]",
+                     extra_config="rules:\n  QL006: warning\n  QL005: off\n")
     (tmp_path / "scales.py").write_text((tmp_path / "scales.py").read_text().replace(
         "return a, b", "return a, b  # qlint: ignore[QL002]"))
     _, found = findings(["check", "--config", str(config), "--targets-only"], capsys)

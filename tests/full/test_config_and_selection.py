@@ -10,7 +10,6 @@ import pytest
 from conftest import run_json
 
 
-
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / ".qlint.yaml"
     path.write_text(textwrap.dedent(text))
@@ -49,7 +48,8 @@ def test_select_ignore_and_off_change_results_and_exit_codes(
     assert code == 0
 
 
-def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str],
+                           monkeypatch: pytest.MonkeyPatch) -> None:
     """--target-cpu reaches the lowering (the real target config, recorded on its way)."""
     from qlint.graph import lowering
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, cache_entry, rewrite_cache_entry, run_cli
 
-
 PROBE = (
     "import sys\n"
     "from qlint.cli.main import main\n"
@@ -24,7 +23,8 @@ PROBE = (
 
 def qlint_process(args: list[str], cache: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "QLINT_CACHE_DIR": str(cache)}
-    return subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+    return subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=600)
 
 
 @pytest.fixture(scope="module")

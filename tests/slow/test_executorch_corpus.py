@@ -133,8 +133,9 @@ def test_every_fp32_island_has_a_cause(run: Run) -> None:
 
 # A cause names a failed condition, a missing pattern, what the lowering required, or a fact of the
 # island itself; never a refusal it cannot explain.
-EXPLAINED = ("refused it (", "no CortexMQuantizer pattern", "matches CortexMQuantizer", "runtime (non-constant) operand",
-             "data-dependent normalization", "constant", "part of F.scaled_dot_product_attention", "fast path")
+EXPLAINED = ("refused it (", "no CortexMQuantizer pattern", "matches CortexMQuantizer",
+             "runtime (non-constant) operand", "data-dependent normalization", "constant",
+             "part of F.scaled_dot_product_attention", "fast path")
 
 
 def test_every_cause_names_a_condition_pattern_or_kernel(run: Run) -> None:

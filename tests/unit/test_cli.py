@@ -16,7 +16,8 @@ from qlint import __version__
 from qlint.rules.catalog import load_catalog
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--version"], ["rules"], ["rule", "QL001"], ["boards"], ["check", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["rules"], ["rule", "QL001"], ["boards"],
+                                  ["check", "--help"]])
 def test_fast_commands_do_not_import_torch(args: list[str]) -> None:
     result = subprocess.run([sys.executable, "-c", TORCH_PROBE, *args], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -37,7 +38,8 @@ def test_rules_lists_the_catalog() -> None:
 
 
 def test_rule_page_renders_every_section() -> None:
-    result = subprocess.run([sys.executable, "-m", "qlint", "rule", "ql002"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-m", "qlint", "rule", "ql002"], capture_output=True, text=True,
+                            timeout=60)
     out = result.stdout
     assert out.startswith("# fp32-island (QL002)")
     assert "Fix: safe, sometimes available." in out  # its applicability, as `ruff rule` says it

@@ -30,7 +30,8 @@ def test_rules_page_readme_and_board_tables_are_rendered_from_their_sources() ->
     assert module.render_readme(readme) == readme, "README's rule table is stale: run python scripts/render_docs.py"
     assert module.rule_table() in readme
     budgets = (ROOT / "docs" / "budgets.md").read_text(encoding="utf-8")
-    assert module.render_budgets(budgets) == budgets, "docs/budgets.md's board table is stale: run scripts/render_docs.py"
+    stale = "docs/budgets.md's board table is stale: run scripts/render_docs.py"
+    assert module.render_budgets(budgets) == budgets, stale
 
 
 def test_readme_lists_every_rule_with_its_fix_applicability() -> None:
