@@ -97,5 +97,6 @@ def test_markdown_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     lines = out.splitlines()
     assert lines[0] == "## qlint"
     assert lines[2].startswith("| artifact") and "| fp32 islands |" in lines[2].replace("  ", " ").replace("  ", " ")
-    assert any(line.startswith("| `QL001` | error") for line in lines)
-    assert "Found" in lines[-2] or "Found" in lines[-1]
+    assert sum(line.startswith("| `QL001` | error") for line in lines) == 2  # the two scales, one row each
+    # the totals close the summary, each line a markdown line break
+    assert lines[-3:] == ["", "Found 3 findings (2 error, 1 warning).  ", "[*] 2 fixable with `qlint check --fix`."]
