@@ -50,6 +50,17 @@ def test_readme_fits_on_a_page_and_links_every_docs_page() -> None:
         assert f"](docs/{page.name})" in readme, page.name
 
 
+def test_every_path_the_project_files_name_exists() -> None:
+    """The packaging, hook and Action files name repository files in comments and commands too."""
+    bare = re.compile(r"(?<![\w/])((?:qlint|tests|scripts|examples|rules)/[\w/.-]*\.(?:py|yaml|sh))\b")
+    named = 0
+    for name in ("pyproject.toml", ".pre-commit-hooks.yaml", "action.yml"):
+        for path in bare.findall((ROOT / name).read_text(encoding="utf-8")):
+            named += 1
+            assert (ROOT / path).exists(), f"{name}: {path}"
+    assert named > 0
+
+
 def test_every_relative_link_and_named_path_exists() -> None:
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
