@@ -27,7 +27,8 @@ def build(folder: Path) -> Path:
     binary = folder / "method_allocator"
     subprocess.run(
         ["g++", "-std=c++17", "-O1", f"-I{root / 'include'}",
-         f"-I{root / 'include/executorch/runtime/core/portable_type/c10'}", f"-I{Path(torch.__file__).parent / 'include'}",
+         f"-I{root / 'include/executorch/runtime/core/portable_type/c10'}",
+         f"-I{Path(torch.__file__).parent / 'include'}",
          str(HERE / "method_allocator.cpp"), f"-L{root / 'lib'}", "-lexecutorch", f"-Wl,-rpath,{root / 'lib'}",
          "-o", str(binary)],
         check=True, capture_output=True, text=True)

@@ -192,7 +192,8 @@ def _run_options(check: argparse.ArgumentParser) -> None:
         "--baseline", type=Path, metavar="FILE", help="accept the findings recorded in FILE; only new ones count"
     )
     check.add_argument(
-        "--write-baseline", type=Path, metavar="FILE", help="record the current findings in FILE and exit 0"
+        "--write-baseline", type=Path, metavar="FILE",
+        help="record the current findings in FILE and exit 0 (2 if an input could not be checked)",
     )
     check.add_argument(
         "--jobs", "-j", type=_jobs, default=1, metavar="N",

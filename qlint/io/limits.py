@@ -43,7 +43,7 @@ SOURCE_MAX_BYTES = 4 * MIB
 class Limits:
     """Bounds on what an input may cost: a hostile artifact gets an error, not the machine."""
 
-    file_mb: float = 64         # the largest .pt2, .pte, config or baseline read
+    file_mb: float = 64         # the largest .pt2, .pte, ETDump, ETRecord or target module read
     entry_mb: float = 32        # one .pt2 entry after decompression (all entries: twice file_mb)
     tensor_mb: float = 256      # all tensors a program's graph declares, together
     graph_objects: float = 400_000  # JSON objects and lists in a `.pt2`'s program (~9,000 nodes): its memory

@@ -1,5 +1,6 @@
-"""What a finished run says: text, JSON, GitHub, SARIF and markdown formats, inline suppressions
-and baselines, Model Explorer node data and the memory plot. Reads records only, never a graph."""
+"""What a finished run says: text, JSON, GitHub, SARIF and markdown formats, the metrics file and what
+changed against one, Model Explorer node data, the memory and time plots. Reads records only, never a
+graph; suppressions and baselines are applied before a report is written (`run.suppressions`)."""
 
 # The report's formats (`--output-format`, `--write FORMAT:PATH`), named once: `formats.FORMATS`
 # renders each but text, and the command line reads the names here without loading a renderer.

@@ -58,7 +58,8 @@ def test_inline_suppression_silences_only_its_line_and_code(tmp_path: Path, caps
 
 
 def test_unused_suppressions_are_reportable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = project(tmp_path, first="  # qlint: ignore[QL001]", extra_config="rules:\n  QL006: warning\n  QL005: off\n")
+    config = project(tmp_path, first="  # qlint: ignore[QL001]",
+                     extra_config="rules:\n  QL006: warning\n  QL005: off\n")
     (tmp_path / "scales.py").write_text((tmp_path / "scales.py").read_text().replace(
         "return a, b", "return a, b  # qlint: ignore[QL002]"))
     _, found = findings(["check", "--config", str(config), "--targets-only"], capsys)
@@ -96,5 +97,6 @@ def test_markdown_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     lines = out.splitlines()
     assert lines[0] == "## qlint"
     assert lines[2].startswith("| artifact") and "| fp32 islands |" in lines[2].replace("  ", " ").replace("  ", " ")
-    assert any(line.startswith("| `QL001` | error") for line in lines)
-    assert "Found" in lines[-2] or "Found" in lines[-1]
+    assert sum(line.startswith("| `QL001` | error") for line in lines) == 2  # the two scales, one row each
+    # the totals close the summary, each line a markdown line break
+    assert lines[-3:] == ["", "Found 3 findings (2 error, 1 warning).  ", "[*] 2 fixable with `qlint check --fix`."]

@@ -72,7 +72,8 @@ def test_a_float_alpha_is_named_with_the_change_that_meets_it(spec: str, sign: s
     op = "add" if sign == "+" else "sub"
     assert reason.startswith(f"runtime (non-constant) operand input `y` [4, 5] of aten.{op}.Tensor; ")
     assert (f"refused it (CortexMAddMulCheck): alpha=0.5 (quantized_add folds only an integer alpha into its "
-            f"operand multiplier); fix: scale the second operand instead of passing alpha: `x {sign} y * 0.5`") in reason
+            f"operand multiplier); fix: scale the second operand instead of passing alpha: "
+            f"`x {sign} y * 0.5`") in reason
     assert "shape" not in reason  # the operands have one shape
 
 

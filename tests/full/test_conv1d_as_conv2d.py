@@ -104,7 +104,8 @@ def test_the_front_end_becomes_int8_convolutions_and_the_cause_names_the_remedy(
     from qlint.settings.cycles import cost_table
 
     core = core_for("cortex-m55")
-    convs = [o for o in estimate(GraphView(done.fixed.program), core).ops if o.op == "cortex_m.quantized_conv2d.default"]
+    ops = estimate(GraphView(done.fixed.program), core).ops
+    convs = [o for o in ops if o.op == "cortex_m.quantized_conv2d.default"]
     product = cost_table().kernel(core, "pointwise")
     assert [o.work for o in convs] == [512 * 8 * 3, 256 * 16 * 3]  # output elements x (channels x 3 taps)
     assert [o.cycles for o in convs] == pytest.approx([product.cycles(512 * 24, 512) + 200,
@@ -127,7 +128,8 @@ def test_executorchs_silero_vad_test_model_runs_its_six_conv1d_as_int8_convoluti
     plain = lint_program(quantize(model, example, [example]), "silero", Config())
     rewritten = torch.export.export(graph, example, strict=False).module(check_guards=False)
     remedied = lint_program(quantize_graph(rewritten, example, [example], CortexMQuantizer()), "silero", Config())
-    kernels = sorted(op_name(n) for n in remedied.lowered.graph.nodes if n.op == "call_function" and "conv" in op_name(n))
+    calls = [n for n in remedied.lowered.graph.nodes if n.op == "call_function"]
+    kernels = sorted(op_name(n) for n in calls if "conv" in op_name(n))
     assert kernels == ["cortex_m.quantized_conv2d.default"] * 5 + ["cortex_m.quantized_depthwise_conv2d.default"]
     assert remedied.stats.fp32_elements < plain.stats.fp32_elements
     assert remedied.stats.coverage > plain.stats.coverage

@@ -224,7 +224,8 @@ def test_sam_fix(sam_fixed: tuple[dict[str, Any], Path]) -> None:
     program = deserialize_pte_binary(pte.read_bytes()).program
     names = [op.name for op in program.execution_plan[0].operators]
     assert "aten::div" not in names and "cortex_m::quantized_activation" in names
-    assert list(program.execution_plan[0].non_const_buffer_sizes)[1:] and sum(program.execution_plan[0].non_const_buffer_sizes) == after
+    buffer_sizes = list(program.execution_plan[0].non_const_buffer_sizes)
+    assert buffer_sizes[1:] and sum(buffer_sizes) == after
 
 
 @pytest.mark.model("make_two_way_transformer")
@@ -270,7 +271,8 @@ def test_cli_fix_writes_next_to_input_and_never_touches_it(
 
 
 @pytest.mark.model("make_attention")
-def test_diff_writes_nothing(pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_diff_writes_nothing(pt2_dir: Callable[[str], Path], tmp_path: Path,
+                             capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "attention.pt2"
     source.write_bytes(pt2_dir("make_attention").read_bytes())
     code, out, _ = run_cli(["check", "--fix", "--diff", str(source)], capsys)
@@ -289,7 +291,8 @@ def test_fix_on_pte_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 @pytest.mark.model("make_attention")
-def test_unwritable_output_is_a_clear_error(pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unwritable_output_is_a_clear_error(pt2_dir: Callable[[str], Path], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
     code, _, err = run_cli(["fix", str(pt2_dir("make_attention")), "--output-dir", str(not_a_dir)], capsys)
@@ -317,7 +320,8 @@ def test_verification_mismatch_writes_nothing(
     def corrupt(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
         if isinstance(result, folds.Fold) and result.kind == "table":
-            result.luts = {o: torch.clamp(t.to(torch.int16) + 1, -128, 127).to(torch.int8) for o, t in result.luts.items()}
+            result.luts = {o: torch.clamp(t.to(torch.int16) + 1, -128, 127).to(torch.int8)
+                           for o, t in result.luts.items()}
         return result
 
     monkeypatch.setattr(folds, "_int_fold", corrupt)
@@ -431,7 +435,8 @@ def test_a_per_channel_constant_is_reported_and_left_not_evaluated(
     result = fixed("make_per_channel_scale")
     assert result.summary.folds == []
     assert [item.reason for item in result.summary.left] == [
-        "aten.abs.default: no CortexMQuantizer pattern covers it; per-channel constant _tensor_constant0 (16 elements); "
+        "aten.abs.default: no CortexMQuantizer pattern covers it; "
+        "per-channel constant _tensor_constant0 (16 elements); "
         "aten.div.Tensor: CortexMQuantizer's div pattern refused it (CortexMDivCheck): operand shapes [1, 8, 16] and "
         "[16] (the int8 div kernel takes operands of one shape: division is not commutative, so no broadcast); fix: "
         "expand the second operand to [1, 8, 16] (`.expand(1, 8, 16)`) before the op (for a config target: the "

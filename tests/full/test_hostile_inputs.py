@@ -955,7 +955,8 @@ def test_pte_whose_recorded_shapes_or_constants_lie_is_refused(
 
     shape = _tampered_pte(shipped, tmp_path, "shape.pte", wrong_shape)
     message = assert_refused([str(shape)], capsys, "shape.pte", good)
-    assert message.startswith("not a valid .pte program: cortex_m.transpose.default: the program records [1, 2, 3]"), message
+    assert message.startswith(
+        "not a valid .pte program: cortex_m.transpose.default: the program records [1, 2, 3]"), message
     short = _tampered_pte(shipped, tmp_path, "short.pte", short_constant)
     message = assert_refused([str(short)], capsys, "short.pte", good)
     assert message.startswith("not a valid .pte program: value ") and "bytes in a buffer of" in message, message

@@ -35,7 +35,8 @@ def rebuilt(model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> torch.
 def test_the_rebuilt_layer_norm_equals_f_layer_norm_in_float(shape: tuple[int, ...], affine: bool, eps: float) -> None:
     model = Functional(shape, affine, eps).eval()
     generator = torch.Generator().manual_seed(11)
-    batches = [(torch.randn(shape, generator=generator) * scale + shift,) for scale, shift in ((1, 0), (30, 5), (1e-3, -2))]
+    batches = [(torch.randn(shape, generator=generator) * scale + shift,)
+               for scale, shift in ((1, 0), (30, 5), (1e-3, -2))]
     graph = rebuilt(model, batches[0])
     ops = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
     assert "aten.layer_norm.default" not in ops and "aten.linear.default" in ops and "aten.rsqrt.default" in ops

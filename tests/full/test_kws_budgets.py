@@ -8,8 +8,8 @@ import json
 import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import KWS, cache_entry, run_cli
@@ -79,7 +79,8 @@ def test_an_sram_budget_below_the_arena_fails_naming_the_tensors_at_the_peak(
 
     # At the figures (SRAM and flash both), within budget: no finding.
     flash = figures["flash_bytes"]
-    roomy = project(tmp_path, f"targets:\n  - {{name: kws, factory: kws:make, budgets: {{sram: 76776, flash: {flash}}}}}\n")
+    roomy = project(tmp_path,
+                    f"targets:\n  - {{name: kws, factory: kws:make, budgets: {{sram: 76776, flash: {flash}}}}}\n")
     code, found = check(roomy, capsys)
     assert code == 0 and not [f for f in found["findings"] if f["code"] == "QL009"]
     assert found["figures"][0]["flash_bytes"] == flash

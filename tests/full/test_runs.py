@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, cache_entry, rewrite_cache_entry, run_cli
-
 
 PROBE = (
     "import sys\n"
@@ -24,7 +24,8 @@ PROBE = (
 
 def qlint_process(args: list[str], cache: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "QLINT_CACHE_DIR": str(cache)}
-    return subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+    return subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -84,23 +85,38 @@ def test_corrupt_cache_entries_are_ignored_and_rewritten(zoo: Path, tmp_path: Pa
         assert entry.read_text() == written  # recomputed and rewritten, not trusted
 
 
+def fingerprint_of(copy: Path) -> str:
+    """`code_fingerprint` of the qlint at `copy`, computed by a fresh interpreter that imports it from there."""
+    probe = "from qlint.run.cache import code_fingerprint; print(code_fingerprint())"
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=copy,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
 def test_cache_key_covers_qlint_code_and_rules(zoo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two revisions of qlint share version 0.1.0; a pre-commit rev bump must not reuse results."""
+    """Two revisions of qlint share version 0.1.0; a pre-commit rev bump must not reuse results.
+
+    The edits are made to a copy of the package and its rule catalog, never to the checkout, which
+    other tests (and other test processes) import and fingerprint meanwhile."""
     from qlint.run import cache
     from qlint.settings.config import Config
     from qlint.settings.options import RunOptions
 
-    root = ROOT
-    fingerprint = cache.code_fingerprint.__wrapped__  # uncached: recomputed from the files each call
-    for edited in (root / "rules" / "QL001.yaml", root / "qlint" / "graph" / "islands.py"):
+    copy = tmp_path / "checkout"
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "qlint", copy / "qlint", symlinks=True, ignore=skip)  # qlint/_rules -> ../rules
+    shutil.copytree(ROOT / "rules", copy / "rules", ignore=skip)
+    before = fingerprint_of(copy)
+    assert before == cache.code_fingerprint.__wrapped__()  # the copy is fingerprinted as the checkout is
+    for name in ("rules/QL001.yaml", "qlint/graph/islands.py", "qlint/settings/cycles.yaml"):
+        edited = copy / name
         original = edited.read_bytes()
-        before = fingerprint()
-        try:
-            edited.write_bytes(original + b"\n# an edit\n")
-            assert fingerprint() != before, edited.name
-        finally:
-            edited.write_bytes(original)
-        assert fingerprint() == before
+        edited.write_bytes(original + b"\n# an edit\n")
+        assert fingerprint_of(copy) != before, name
+        edited.write_bytes(original)
+    assert fingerprint_of(copy) == before
 
     artifact = zoo / "attention.pt2"
     before = cache.Cache(tmp_path, Config(), RunOptions()).key(artifact.read_bytes(), "attention.pt2")

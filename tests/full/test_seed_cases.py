@@ -30,7 +30,8 @@ def only(findings: list[Any], code: str) -> Any:
         ("make_multi_head", "div", 8 ** 0.5, "attn = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
     ],
 )
-def test_attention_scale_is_ql001(linted: Callable[..., Any], quantized: Callable[..., Any], factory: str, op: str, value: float, line_text: str) -> None:
+def test_attention_scale_is_ql001(linted: Callable[..., Any], quantized: Callable[..., Any], factory: str, op: str,
+                                  value: float, line_text: str) -> None:
     checked = linted(factory)
     assert checked.lowered is not None, "qlint's lowering must handle attention"
     finding = only(checked.findings, "QL001")

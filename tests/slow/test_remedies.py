@@ -141,7 +141,8 @@ def test_int8_layernorm_takes_a_two_layer_transformer_encoder_to_int8_kernels_on
     kept = outcome(done, RemedyName.INT8_LAYERNORM)
     assert kept.status == RemedyStatus.KEPT and done.error is None, kept.reason
     # each of the 4 LayerNorms: two quantized_linear (mean; variance + eps), an rsqrt table, and adds and muls
-    assert kept.measured.kernels["cortex_m.quantized_activation"] - base.kernels.get("cortex_m.quantized_activation", 0) == 4
+    activation = "cortex_m.quantized_activation"
+    assert kept.measured.kernels[activation] - base.kernels.get(activation, 0) == 4
     assert final.fp32_elements <= 0.02 * base.fp32_elements and final.coverage == 1.0 and final.fp32_ops == 0
     assert base.sqnr_db - final.sqnr_db <= Config().remedy_max_sqnr_drop_db
     assert final.arena_bytes < base.arena_bytes

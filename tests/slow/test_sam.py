@@ -68,7 +68,8 @@ def test_sam_config_target(sam_from_target: tuple[int, dict[str, Any]]) -> None:
     assert_sam(sam_from_target, "target:sam")
 
 
-def test_sam_pt2_and_target_agree(sam_from_pt2: tuple[int, dict[str, Any]], sam_from_target: tuple[int, dict[str, Any]]) -> None:
+def test_sam_pt2_and_target_agree(sam_from_pt2: tuple[int, dict[str, Any]],
+                                  sam_from_target: tuple[int, dict[str, Any]]) -> None:
     def key(data: dict[str, Any]) -> list[tuple[str, int]]:
         return sorted((f["code"], f["location"]["line"] if f["location"] else 0) for f in data["findings"])
 

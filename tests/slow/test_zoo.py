@@ -46,7 +46,8 @@ def test_the_pte_of_every_zoo_model_reads_as_its_program(
 
 
 @pytest.mark.parametrize("name", list(SCALES))
-def test_every_attention_scale_is_ql001_and_folds(name: str, linted: Callable[..., Any], fixed: Callable[[str], Any]) -> None:
+def test_every_attention_scale_is_ql001_and_folds(name: str, linted: Callable[..., Any],
+                                                  fixed: Callable[[str], Any]) -> None:
     found = scales(linted(name).findings)
     assert len(found) == SCALES[name] and all(f.fixable for f in found)
     family = name.removeprefix("make_").removesuffix("_encoder")
@@ -148,7 +149,8 @@ def test_text_output_groups_a_network_of_nchw_convolutions_into_one_cause(linted
 
 
 @pytest.mark.model("make_whisper_encoder")
-def test_whisper_position_embedding_add_names_its_constant_and_the_broadcast_the_add_check_refused(linted: Callable[..., Any]) -> None:
+def test_whisper_position_embedding_add_names_its_constant_and_the_broadcast_the_add_check_refused(
+        linted: Callable[..., Any]) -> None:
     [add] = [f for f in linted("make_whisper_encoder").findings if f.details.get("ops") == ["aten.add.Tensor"]]
     assert add.details["reason"] == (
         "constant embedding differs by position (256 elements), so no table folds it; it is computed in the graph "

@@ -19,6 +19,9 @@ TOP = {"qlint.api", "qlint.__main__"}
 # stack inside the function that needs it, so `--help`, `rules`, `rule` and `--static` stay torch-free.
 TORCH_AT_MODULE_LEVEL = {"graph", "fix", "remedies"}
 STACK = ("torch", "executorch", "torchao")
+# The module the forkserver imports by name (`run.isolation`) so that every child starts with the stack
+# loaded: the one module outside those packages that loads it as it is imported. No module imports it.
+FORKSERVER_PRELOAD = "qlint.run.preload"
 
 
 def module_name(path: Path) -> str:
@@ -115,6 +118,31 @@ def test_the_stack_is_imported_at_module_level_only_where_the_table_allows() -> 
             seen |= graph[current]
 
 
+def test_importing_a_module_outside_those_packages_never_loads_the_stack() -> None:
+    """What the walk above cannot see, a module-level call that loads the stack (`stack.load()`), a
+    fresh interpreter does: it imports every module outside the table's packages and the stack stays
+    unloaded. The forkserver's preload loads it, and is imported by name only, never by a module."""
+    import subprocess
+    import sys
+
+    probe = ("import importlib, sys\n"
+             "for name in sys.argv[1:]:\n"
+             "    importlib.import_module(name)\n"
+             f"    if loaded := sorted(set({STACK!r}) & set(sys.modules)):\n"
+             "        print(name, 'loads', *loaded)\n"
+             "        break\n")
+    outside = sorted(m for m in MODULES if m not in TOP | {FORKSERVER_PRELOAD}
+                     and (m in BOTTOM or m.split(".")[1] not in TORCH_AT_MODULE_LEVEL))
+    assert len(outside) > 40 and "qlint.run.engine" in outside
+    result = subprocess.run([sys.executable, "-c", probe, *outside], capture_output=True, text=True, cwd=ROOT,
+                            timeout=120)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    preload = ast.parse(MODULES[FORKSERVER_PRELOAD].read_text()).body
+    assert any(ast.unparse(node) == "stack.load()" for node in preload)
+    assert not [m for m, imports in qlint_graph().items() if FORKSERVER_PRELOAD in imports]
+    assert f'"{FORKSERVER_PRELOAD}"' in MODULES["qlint.run.isolation"].read_text()
+
+
 def test_the_layer_checks_find_what_they_look_for() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
@@ -135,25 +163,46 @@ def test_no_reporter_constructs_a_finding() -> None:
 def test_the_architecture_page_draws_the_package_as_it_is() -> None:
     """docs/architecture.md line by line where a test can read it: its layer line is `LAYERS`, the
     packages it says import the stack at module level are `TORCH_AT_MODULE_LEVEL`, every module its
-    flow diagram names exists, and every module it lists stands under its own package's heading."""
+    flow diagram names exists, and its package list names every module by its full path (a module it
+    lists under one package's heading exists there; a module of the package is listed)."""
     import re
 
     page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     layer_line, flow = re.findall(r"```\n(.*?)```", page, re.S)[:2]
     assert [part.strip() for part in layer_line.split("─>")] == [*LAYERS[:-1], "cli, api"]
-    said = re.search(r"imported at module level only\s+in (.*?), directly", page, re.S)
+    said = re.search(r"imported at module level only\s+in (.*?), directly.*?the one other module that loads "
+                     r"them\s+as it is imported is `(\w+)/(\w+)\.py`", page, re.S)
     assert said is not None and set(re.findall(r"`(\w+)/`", said[1])) == TORCH_AT_MODULE_LEVEL
+    assert f"qlint.{said[2]}.{said[3]}" == FORKSERVER_PRELOAD
     named = set(re.findall(rf"\b((?:{'|'.join(LAYERS)})\.\w+)", flow))
     assert len(named) > 15 and sorted(n for n in named if f"qlint.{n}" not in MODULES) == []
-    package, listed = None, 0
-    for line in page.splitlines():
-        if heading := re.match(r"\*\*`qlint/(\w+)/`", line):
+    listed = listed_modules(page)
+    assert sorted(path for path in listed if not (ROOT / path).exists()) == []
+    unlisted = {path.relative_to(ROOT).as_posix() for path in MODULES.values()} - listed - UNLISTED
+    assert sorted(unlisted) == []
+
+
+# Package files the module list has no line for: the packages' docstrings and the entry point say what they are.
+UNLISTED = {"qlint/__init__.py", "qlint/__main__.py", "qlint/_compat.py"} | {
+    path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("__init__.py")}
+
+
+def listed_modules(page: str) -> set[str]:
+    """The modules docs/architecture.md's package list names, by full path: a `name.py` in a bullet
+    under the heading **`qlint/<package>/`** is `qlint/<package>/name.py`, or, in a bullet for a
+    folder (`- `commands/`: ...`), a module in that folder; `**`qlint/api.py`**` names itself."""
+    import re
+
+    modules, package = set(), None
+    section = page.split("## Packages and modules", 1)[1].split("\n## ", 1)[0]
+    for bullet in re.split(r"\n(?=- |\*\*|\n)", section):
+        if heading := re.match(r"\*\*`(qlint/(?:\w+/)?)`", bullet):
             package = heading[1]
-        elif line.startswith("## ") or line.startswith("**`qlint/api.py`"):
+        elif heading := re.match(r"\*\*`(qlint/\w+\.py)`", bullet):
+            modules.add(heading[1])
             package = None
-        elif package and line.startswith("- "):
-            for name in re.findall(r"`(\w+\.py)`", line.split(":")[0]):
-                listed += 1
-                assert (PACKAGE / package / name).exists() or (PACKAGE / package / "commands" / name).exists(), \
-                    f"docs/architecture.md lists {name} under qlint/{package}/"
-    assert listed > 50
+        elif package and bullet.startswith("- "):
+            folder = re.match(r"- `(\w+/)`:", bullet)
+            where = package + (folder[1] if folder else "")
+            modules |= {where + name for name in re.findall(r"`(\w+\.py)`", bullet)}
+    return modules

@@ -60,7 +60,8 @@ def test_sizes_print_exactly() -> None:
     ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, clock: 120}\n", 2, "boards.mine.clock", "'120' is not a clock"),
     ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, clock: 0MHz}\n", 2, "boards.mine.clock",
      "'0MHz': a clock must be above 0 Hz"),
-    ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, cpu: cortex-a53}\n", 2, "boards.mine.cpu", "'cortex-a53' is not one of"),
+    ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, cpu: cortex-a53}\n", 2, "boards.mine.cpu",
+     "'cortex-a53' is not one of"),
     ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, fpu: maybe}\n", 2, "boards.mine.fpu", "expected bool"),
     ("boards:\n  mine: {sram: 1KiB, flash: 1KiB, flash_read: -1}\n", 2, "boards.mine.flash_read",
      "must be CPU cycles a byte from 0, got -1.0"),
@@ -190,11 +191,14 @@ def test_boards_lists_the_configs_own_boards_first_then_the_table(tmp_path: Path
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     from qlint.cli.main import main
 
-    config = write(tmp_path, "boards:\n  my-board: {sram: 96KiB, flash: 1MiB}\n  nucleo-f446re: {sram: 1KiB, flash: 2KiB, override: true}\n")
+    config = write(tmp_path, "boards:\n  my-board: {sram: 96KiB, flash: 1MiB}\n"
+                             "  nucleo-f446re: {sram: 1KiB, flash: 2KiB, override: true}\n")
     assert main(["boards", "--config", str(config)]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
-    assert rows[0].split()[:5] == ["my-board", "96", "KiB", "(98,304", "B)"] and "boards.my-board in .qlint.yaml:2" in rows[0]
-    assert rows[1].startswith("nucleo-f446re") and "1 KiB (1,024 B)" in rows[1]  # the config's own overrides the table's
+    assert rows[0].split()[:5] == ["my-board", "96", "KiB", "(98,304", "B)"]
+    assert "boards.my-board in .qlint.yaml:2" in rows[0]
+    # the config's own overrides the table's
+    assert rows[1].startswith("nucleo-f446re") and "1 KiB (1,024 B)" in rows[1]
     assert len(rows) == len(builtin_boards()) + 1 and sum(r.startswith("nucleo-f446re ") for r in rows) == 1
     assert main(["boards", "--config", str(config), "--verbose"]) == 0
     assert "\n\nmy-board\n  defined in: boards.my-board in .qlint.yaml:2\n\n" in capsys.readouterr().out
@@ -242,8 +246,9 @@ def test_boards_keeps_its_rows_short_and_gives_the_sources_on_request(capsys: py
 
 def kws(sram: int | None = 64000, islands: int = 1, coverage: float = 0.19) -> Figures:
     return Figures("target:kws", "as --fix writes it", {"QL002": 1}, islands, 144490, coverage, arena_bytes=64000,
-                   live_peak_bytes=64000, sram_bytes=sram, flash_bytes=98528, sram=(Contributor("dscnn.feature_extractor.0", 32000, "float32 [1, 64, 25, 5], output of "
-                                            "aten.convolution.out", Location("kws.py", 13)),))
+                   live_peak_bytes=64000, sram_bytes=sram, flash_bytes=98528,
+                   sram=(Contributor("dscnn.feature_extractor.0", 32000, "float32 [1, 64, 25, 5], output of "
+                                     "aten.convolution.out", Location("kws.py", 13)),))
 
 
 def test_ql009_names_the_budget_its_origin_the_figure_and_the_tensors_at_the_peak(tmp_path: Path) -> None:
@@ -297,7 +302,8 @@ def test_growth_limits_and_the_delta_table_against_a_base_run(tmp_path: Path) ->
 @pytest.mark.parametrize(("body", "message"), [
     ("[1, 2]", "not a qlint metrics file of schema 1"),
     ('{"schema": 1, "artifacts": []}', "`artifacts` is not a mapping"),
-    ('{"schema": 1, "artifacts": {"a": {"sram_bytes": -5}}}', "a: sram_bytes is not a whole number from 0 to 2**53: -5"),
+    ('{"schema": 1, "artifacts": {"a": {"sram_bytes": -5}}}',
+     "a: sram_bytes is not a whole number from 0 to 2**53: -5"),
     ('{"schema": 1, "artifacts": {"a": {"coverage": true}}}', "a: coverage is not a share from 0 to 1: True"),
     (f'{{"schema": 1, "artifacts": {{"a": {{"fp32_elements": {"9" * 400}}}}}}}',
      "a: fp32_elements is not a whole number from 0 to 2**53: 9999"),

@@ -40,7 +40,8 @@ def test_rules_lists_the_catalog() -> None:
 
 
 def test_rule_page_renders_every_section() -> None:
-    result = subprocess.run([sys.executable, "-m", "qlint", "rule", "ql002"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-m", "qlint", "rule", "ql002"], capture_output=True, text=True,
+                            timeout=60)
     out = result.stdout
     assert out.startswith("# fp32-island (QL002)")
     assert "Fix: safe, sometimes available." in out  # its applicability, as `ruff rule` says it
@@ -129,6 +130,21 @@ def test_every_argument_after_a_double_dash_is_a_path(prefix: list[str], tmp_pat
     assert result.returncode == 1, result.stderr
     artifacts = [a["artifact"] for a in json.loads(result.stdout)["artifacts"]]
     assert artifacts == ["--exit-zero/a.pt2", "--baseline=b.json/a.pt2", "rules/a.pt2"]
+
+
+def test_write_baseline_exits_as_its_help_says(tmp_path: Path) -> None:
+    """`--write-baseline` exits 0 whatever the findings it records (QL001 is an error), and 2 when an
+    input could not be checked; `check --help` says both."""
+    said = " ".join(qlint(["check", "--help"], tmp_path).stdout.split())
+    assert "--write-baseline FILE record the current findings in FILE and exit 0 (2 if an input could not be " \
+           "checked)" in said
+    (tmp_path / "a.pt2").write_bytes((ROOT / "examples" / "attention.pt2").read_bytes())
+    (tmp_path / "bad.pt2").write_bytes(b"not a zip")
+    result = qlint(["check", "--static", "a.pt2", "--write-baseline", "b.json"], tmp_path)
+    assert (result.returncode, result.stderr.splitlines()[-1]) == (0, "wrote 2 findings to b.json")
+    recorded = json.loads((tmp_path / "b.json").read_text())["findings"]
+    assert sorted(f["key"].split("|")[0] for f in recorded) == ["QL001", "QL004"]
+    assert qlint(["check", "--static", "a.pt2", "bad.pt2", "--write-baseline", "c.json"], tmp_path).returncode == 2
 
 
 def test_static_on_a_folder_passes_over_its_pte_files_and_refuses_a_named_one(tmp_path: Path) -> None:

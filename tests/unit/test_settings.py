@@ -28,7 +28,8 @@ def write(tmp_path: Path, text: str) -> Path:
         ("fold:\n  max_elements: 1\n  dtypes: [int8, int4]\n", 3, "fold.dtypes", "'int4' is not one of int8, int16"),
         ("fold:\n  require_equal_qrange: 3\n", 2, "fold.require_equal_qrange", "expected bool"),
         ("select: [QL001, XX1]\n", 1, "select", "unknown rule code 'XX1'"),
-        ("targets:\n  - name: a\n    factory: not a factory\n", 2, "targets.factory", "is not `package.module:function`"),
+        ("targets:\n  - name: a\n    factory: not a factory\n", 2, "targets.factory",
+         "is not `package.module:function`"),
         ("target_cpu: cortex-a53\n", 1, "target_cpu", "'cortex-a53' is not one of"),
         ("include: [a\n", 2, "<yaml>", "expected ',' or ']', but got '<stream end>'"),
         # A target's name is a name (--fix writes NAME.pte into --output-dir), not a path.
@@ -146,4 +147,5 @@ def test_a_config_past_its_fixed_size_says_the_limit_is_fixed(tmp_path: Path) ->
     path = write(tmp_path, "# " + "x" * (1 << 20) + "\n")
     with pytest.raises(ConfigError) as raised:
         load_config(path)
-    assert raised.value.message == f"config file is {path.stat().st_size} bytes, over the 1048576-byte limit (a fixed limit)"
+    size = path.stat().st_size
+    assert raised.value.message == f"config file is {size} bytes, over the 1048576-byte limit (a fixed limit)"
