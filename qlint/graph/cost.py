@@ -11,7 +11,7 @@ cost nothing; work on constants is priced like any op, since the device computes
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -34,24 +34,9 @@ COPIES = frozenset({"transpose", "permute_copy", "permute", "clone", "_clone_dim
 MATMULS = frozenset({"quantized_linear", "quantized_batch_matmul"})
 CONVS = frozenset({"quantized_conv2d", "quantized_depthwise_conv2d", "quantized_transpose_conv2d"})
 FP32_MATMULS = frozenset({"linear", "mm", "bmm", "addmm", "matmul", "convolution", "conv2d", "conv1d"})
-# The arithmetic an fp32 op does an element (ExecuTorch's portable kernels), by its base name.
-FP32_ARITHMETIC: Mapping[str, Mapping[str, float]] = {
-    "div": {"div": 1}, "reciprocal": {"div": 1},
-    "sqrt": {"sqrt": 1}, "rsqrt": {"sqrt": 1, "div": 1},
-    "exp": {"exp": 1}, "log": {"exp": 1}, "pow": {"exp": 1, "mul": 1},
-    "sigmoid": {"exp": 1, "add": 1, "div": 1}, "tanh": {"exp": 1, "add": 2, "div": 1},
-    "_softmax": {"exp": 1, "add": 1, "mul": 1}, "softmax": {"exp": 1, "add": 1, "mul": 1},
-    "_log_softmax": {"exp": 1, "add": 1},
-    "gelu": {"exp": 1, "mul": 3, "add": 2}, "erf": {"exp": 1, "mul": 2, "add": 2},
-    "silu": {"exp": 1, "add": 1, "div": 1, "mul": 1},
-    "native_layer_norm": {"add": 4, "mul": 3}, "layer_norm": {"add": 4, "mul": 3},
-    "mul": {"mul": 1}, "mean": {"add": 1}, "sum": {"add": 1},
-}
-ONE_ADD: Mapping[str, float] = {"add": 1}   # add, sub, neg, relu, clamp, where, max, min, ...
-# Quantize and dequantize convert between int8 and float: a float multiply and add an element, and
-# the conversion (priced as an add), which is soft float on a core without an FPU.
+# Quantize and dequantize convert between int8 and float: their float arithmetic (cycles.yaml's
+# `fp32.conversion`) is soft float on a core without an FPU. An fp32 op's is `fp32.arithmetic`.
 CONVERSIONS = frozenset({"quantize_per_tensor", "dequantize_per_tensor"})
-CONVERSION_ARITHMETIC: Mapping[str, float] = {"mul": 1, "add": 2}
 
 
 @dataclass(frozen=True)
@@ -255,7 +240,7 @@ def _int8_cost(table: CostTable, core: Core, node: Node, name: str) -> tuple[int
         streamed = _weights_streamed(node, name) * core.flash_read
         return macs, "MAC", kernel.cycles(macs, elements) + max(0.0, streamed - kernel.per_mac * macs)
     if name in CONVERSIONS and not core.fpu:  # the kernel scales in float: soft float without an FPU
-        return elements, "element", elements * table.fp32_element(core, CONVERSION_ARITHMETIC)
+        return elements, "element", elements * table.fp32_element(core, table.conversion)
     if "pool" in name:  # a pool reads every element of its window
         reads = numel(node.args[0]) if node.args and isinstance(node.args[0], Node) else elements
         return reads, "element", table.kernel(core, "pool").cycles(0, reads)
@@ -266,11 +251,10 @@ def _int8_cost(table: CostTable, core: Core, node: Node, name: str) -> tuple[int
 def _fp32_cost(table: CostTable, core: Core, node: Node, name: str) -> tuple[int, str, float]:
     if name in FP32_MATMULS:
         macs = _macs(node, name)
-        per_mac = table.arithmetic(core, "mul") + table.arithmetic(core, "add")
-        return macs, "MAC", macs * per_mac + numel(node) * table.fp32_loop
+        return macs, "MAC", macs * table.fp32_work(core, table.mac) + numel(node) * table.fp32_loop
     inputs = [numel(a) for a in node.all_input_nodes]
     elements = max([numel(node), *inputs])  # a reduction reads more than it writes
-    return elements, "element", elements * table.fp32_element(core, FP32_ARITHMETIC.get(name, ONE_ADD))
+    return elements, "element", elements * table.fp32_element(core, table.arithmetic_of(name))
 
 
 def op_cost(view: GraphView, node: Node, core: Core, table: CostTable | None = None) -> OpCost | None:

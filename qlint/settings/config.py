@@ -33,17 +33,13 @@ from qlint.settings.budgets import (
     parse_percent,
     parse_percentage,
 )
-from qlint.settings.cycles import default_fpu
+from qlint.settings.cycles import CPUS, default_fpu
 from qlint.settings.sizes import parse_clock, parse_count, parse_duration_ms, parse_size
 
 CONFIG_NAME = ".qlint.yaml"
 # The YAML tags a config may carry: plain scalars, lists and mappings (no
 # !!python/..., !!timestamp, !!binary or application tags).
 _PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map")}
-CPUS = (
-    "cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m23",
-    "cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85",
-)
 FOLD_DTYPES = ("int8", "int16")
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # A target's name names its outputs (`--fix` writes `NAME.pte` into --output-dir), so it is a name,

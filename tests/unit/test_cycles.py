@@ -6,10 +6,16 @@ held where programs are lowered (tests/full/test_cost.py, tests/slow/test_execut
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
 import pytest
+import yaml
 
 from qlint.settings.config import CPUS
-from qlint.settings.cycles import INT8_CLASSES, NO_FPU, Core, cost_table
+from qlint.settings.cycles import INT8_CLASSES, Core, CostTableError, Source, cost_table, default_fpu, parse_table
 
 MVE, DSP = Core("cortex-m55", "mve", True), Core("cortex-m4", "dsp", True)
 
@@ -62,5 +68,93 @@ def test_every_backend_prices_every_kernel_class_and_says_where_each_figure_come
 def test_every_cpu_either_has_fpu_timings_or_no_fpu() -> None:
     """A core priced with an FPU needs its instruction timings; one without is soft float: every CPU
     qlint lowers for is one of the two, so no board or CPU reaches a missing row."""
-    fpu = set(cost_table().fpu)
-    assert fpu.isdisjoint(NO_FPU) and fpu | NO_FPU == set(CPUS)
+    table = cost_table()
+    assert set(table.fpu).isdisjoint(table.no_fpu) and set(table.fpu) | table.no_fpu == set(CPUS)
+    assert table.no_fpu == {"cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m23"}
+    assert [cpu for cpu in CPUS if not default_fpu(cpu)] == ["cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m23"]
+
+
+def test_the_loader_keeps_every_rows_source() -> None:
+    sources = cost_table().sources
+    assert sources["dispatch"].kind == "assumed" and "no per-call measurement" in sources["dispatch"].text
+    assert sources["cores.cortex-m7"].kind == "fit" and "arXiv 1801.06601" in sources["cores.cortex-m7"].text
+    assert sources["fp32.fpu.cortex-m55"] == Source("source", "LLVM ARMScheduleM55.td")
+    assert sources["fp32.fpu.cortex-m0"] == Source("source", "Armv6-M: no floating-point extension")
+    assert sources["fp32.soft"].kind == "source" and sources["fp32.soft"].text.startswith("Qfplib README")
+    assert sources["fp32.exp"].kind == sources["fp32.arithmetic.layer_norm"].kind == "assumed"
+    assert {key.split(".")[2] for key in sources if key.startswith("fp32.arithmetic.")} >= {"div", "gelu", "other"}
+
+
+def _yaml() -> dict[str, Any]:
+    text = resources.files("qlint.settings").joinpath("cycles.yaml").read_text(encoding="utf-8")
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
+
+
+def _drop(*path: str) -> Callable[[dict[str, Any]], None]:
+    def edit(data: dict[str, Any]) -> None:
+        for key in path[:-1]:
+            data = data[key]
+        del data[path[-1]]
+    return edit
+
+
+def _set(value: Any, *path: str) -> Callable[[dict[str, Any]], None]:
+    def edit(data: dict[str, Any]) -> None:
+        for key in path[:-1]:
+            data = data[key]
+        data[path[-1]] = value
+    return edit
+
+
+CPU_LIST = "cortex-m0, cortex-m0plus, cortex-m3, cortex-m4, cortex-m7, cortex-m23, cortex-m33, cortex-m35p, " \
+           "cortex-m55, cortex-m85"
+NO_ROW = "missing: every CPU target_cpu accepts has FPU timings (add, mul, div, sqrt) or none: true"
+MALFORMED = [
+    (_drop("int8", "dsp", "pool"), "int8.dsp.pool: missing"),
+    (_set({"per_mak": 3.0, "fit": "x"}, "int8", "mve", "depthwise"),
+     "int8.mve.depthwise.per_mak: unknown key (known: per_mac, per_output, per_element, per_window, fit, source, "
+     "assumed)"),
+    (_set({"per_element": 1.0}, "int8", "scalar", "copy"),
+     "int8.scalar.copy: needs one of fit:, source: or assumed: saying where its figures come from"),
+    (_set({"per_element": 1.0}, "int8", "npu"), "int8.npu: unknown backend (known: mve, dsp, scalar)"),
+    (_drop("fp32", "fpu", "cortex-m23"), f"fp32.fpu.cortex-m23: {NO_ROW}"),
+    (_set({"add": 1, "mul": 1, "div": 14, "sqrt": 14, "source": "x"}, "fp32", "fpu", "cortex-m99"),
+     f"fp32.fpu.cortex-m99: not a CPU target_cpu accepts ({CPU_LIST})"),
+    (_set({"add": 1, "mul": 1, "div": 14, "source": "x"}, "fp32", "fpu", "cortex-m4"),
+     "fp32.fpu.cortex-m4.sqrt: missing"),
+    (_set({"none": "yes", "source": "x"}, "fp32", "fpu", "cortex-m0"),
+     "fp32.fpu.cortex-m0.none: expected true (the core has no FPU), got 'yes'"),
+    (_set("475", "fp32", "soft", "div"), "fp32.soft.div: expected a number of cycles (0 or more), got '475'"),
+    (_set({"per_op": 200}, "dispatch"),
+     "dispatch: needs one of fit:, source: or assumed: saying where its figures come from"),
+    (_set({"mac": 0.5, "fit": "x"}, "cores", "cortex-m9"),
+     f"cores.cortex-m9: not a CPU target_cpu accepts ({CPU_LIST})"),
+    (_set({"exp": 1, "log": 1, "assumed": "x"}, "fp32", "arithmetic", "log"),
+     "fp32.arithmetic.log.log: unknown key (known: add, mul, div, sqrt, exp, fit, source, assumed)"),
+    (_drop("fp32", "arithmetic", "other"), "fp32.arithmetic.other: missing (the arithmetic of an op not listed)"),
+    (_drop("fp32", "loop"), "fp32.loop: missing"),
+]
+
+
+@pytest.mark.parametrize(("edit", "message"), MALFORMED, ids=[m for _, m in MALFORMED])
+def test_a_malformed_table_is_one_error_naming_the_key(edit: Callable[[dict[str, Any]], None], message: str) -> None:
+    data = _yaml()
+    parse_table(copy.deepcopy(data), CPUS)  # the shipped table parses
+    edit(data)
+    with pytest.raises(CostTableError) as error:
+        parse_table(data, CPUS)
+    assert str(error.value) == f"cycles.yaml: {message}"
+
+
+def test_a_new_core_is_one_fpu_row() -> None:
+    """A CPU target_cpu comes to accept is refused until cycles.yaml gives it FPU timings or none."""
+    data, cpus = _yaml(), (*CPUS, "cortex-m52")
+    with pytest.raises(CostTableError) as error:
+        parse_table(data, cpus)
+    assert str(error.value) == f"cycles.yaml: fp32.fpu.cortex-m52: {NO_ROW}"
+    data["fp32"]["fpu"]["cortex-m52"] = {"add": 2, "mul": 2, "div": 16, "sqrt": 16, "source": "as cortex-m55"}
+    table = parse_table(data, cpus)
+    m52, m55 = Core("cortex-m52", "mve", True), Core("cortex-m55", "mve", True)
+    assert table.fp32_element(m52, table.arithmetic_of("div")) == table.fp32_element(m55, table.arithmetic_of("div"))
+    assert table.sources["fp32.fpu.cortex-m52"] == Source("source", "as cortex-m55")

@@ -32,6 +32,10 @@ def test_rules_page_readme_and_board_tables_are_rendered_from_their_sources() ->
     budgets = (ROOT / "docs" / "budgets.md").read_text(encoding="utf-8")
     stale = "docs/budgets.md's board table is stale: run scripts/render_docs.py"
     assert module.render_budgets(budgets) == budgets, stale
+    cost_model = (ROOT / "docs" / "cost-model.md").read_text(encoding="utf-8")
+    assert module.render_cost_model(cost_model) == cost_model, (
+        "docs/cost-model.md's coefficient tables are stale: run python scripts/render_docs.py")
+    assert module.cycles_tables(module.cost_table()) in cost_model
 
 
 def test_readme_lists_every_rule_with_its_fix_applicability() -> None:
