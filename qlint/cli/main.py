@@ -193,7 +193,7 @@ def _run_options(check: argparse.ArgumentParser) -> None:
     )
     check.add_argument(
         "--write-baseline", type=Path, metavar="FILE",
-        help="record the current findings in FILE and exit 0 (2 if an input could not be checked)",
+        help="record the current findings in FILE and exit 0 (2, FILE not written, if an input could not be checked)",
     )
     check.add_argument(
         "--jobs", "-j", type=_jobs, default=1, metavar="N",

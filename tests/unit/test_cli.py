@@ -136,15 +136,20 @@ def test_write_baseline_exits_as_its_help_says(tmp_path: Path) -> None:
     """`--write-baseline` exits 0 whatever the findings it records (QL001 is an error), and 2 when an
     input could not be checked; `check --help` says both."""
     said = " ".join(qlint(["check", "--help"], tmp_path).stdout.split())
-    assert "--write-baseline FILE record the current findings in FILE and exit 0 (2 if an input could not be " \
-           "checked)" in said
+    assert "--write-baseline FILE record the current findings in FILE and exit 0 (2, FILE not written, if an " \
+           "input could not be checked)" in said
     (tmp_path / "a.pt2").write_bytes((ROOT / "examples" / "attention.pt2").read_bytes())
     (tmp_path / "bad.pt2").write_bytes(b"not a zip")
     result = qlint(["check", "--static", "a.pt2", "--write-baseline", "b.json"], tmp_path)
     assert (result.returncode, result.stderr.splitlines()[-1]) == (0, "wrote 2 findings to b.json")
     recorded = json.loads((tmp_path / "b.json").read_text())["findings"]
     assert sorted(f["key"].split("|")[0] for f in recorded) == ["QL001", "QL004"]
-    assert qlint(["check", "--static", "a.pt2", "bad.pt2", "--write-baseline", "c.json"], tmp_path).returncode == 2
+    result = qlint(["check", "--static", "a.pt2", "bad.pt2", "--write-baseline", "c.json"], tmp_path)
+    errors = result.stderr.splitlines()
+    assert result.returncode == 2 and errors[-1] == "qlint: error: 1 input could not be checked: c.json not written"
+    assert [line for line in errors if line.startswith("qlint: error: bad.pt2: ")] == [
+        "qlint: error: bad.pt2: not a .pt2 archive (not a zip file)"], errors
+    assert not (tmp_path / "c.json").exists()  # its findings would all be new once it reads
 
 
 def test_static_on_a_folder_passes_over_its_pte_files_and_refuses_a_named_one(tmp_path: Path) -> None:

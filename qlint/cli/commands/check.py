@@ -286,13 +286,19 @@ def _write_baseline(report: Report, args: argparse.Namespace) -> int | None:
 
     if not args.write_baseline:
         return None
+    if report.errors:  # a baseline without an input's findings would report them all as new once it reads
+        for error in report.errors:
+            say(f"qlint: error: {error}")
+        say(f"qlint: error: {len(report.errors)} input{'s' if len(report.errors) != 1 else ''} could not be "
+            f"checked: {printable(str(args.write_baseline))} not written")
+        return EXIT_ERROR
     try:
         write_baseline(report, args.write_baseline)
     except BaselineError as exc:
         say(f"qlint: error: {exc}")
         return EXIT_ERROR
     say(f"wrote {len(report.findings)} findings to {printable(str(args.write_baseline))}")
-    return EXIT_ERROR if report.errors else EXIT_OK
+    return EXIT_OK
 
 
 # Write the outputs.
