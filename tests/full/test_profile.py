@@ -410,6 +410,25 @@ def test_an_event_longer_than_a_32_bit_counter_measures_is_refused_as_it_is_read
         assert not plot.exists()
 
 
+def test_a_profile_whose_kernel_calls_all_measure_zero_is_refused(
+        plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Events that start and end on one tick measure nothing: read as 0 cycles they passed a cycles budget
+    the estimate fails. Every kernel takes time, so such a profile is refused as it is read (both paths
+    read it so); one kernel call that measures 0 among others that count is a coarse timer's figure."""
+    pte, _, kinds = plain_profile
+    config = tmp_path / ".qlint.yaml"
+    config.write_text("budgets: {cycles: 1}\n")
+    profile = tmp_path / "zero.etdump"
+    profile.write_bytes(etdump(runs_of(kinds, lambda run, index: 0, 2)))
+    code, _, err = run_cli(["check", "--config", str(config), str(pte), "--profile", str(profile)], capsys)
+    assert (code, err.splitlines()) == (2, [f"qlint: error: {pte}: profile {profile}: every kernel call measures 0 "
+                                            "cycles: the runner's timer did not count (a cycle counter that is off, "
+                                            "or a timer too coarse for one operator)"])
+    profile.write_bytes(etdump(runs_of(kinds, lambda run, index: 0 if index else 5_000, 2)))
+    code, out, _ = run_cli(["check", "--config", str(config), str(pte), "--profile", str(profile)], capsys)
+    assert code == 1 and "measured cycles 5,000 over its budget 1" in out, out
+
+
 def test_a_profile_whose_cycles_sum_past_what_figures_hold_exactly_is_refused(
         plain_profile: tuple[Path, Path, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
     """Each event is under 2**32 cycles, so only a profile of over 2**21 instructions (a raised
