@@ -552,6 +552,23 @@ def _apart(work: list[Work], config: Config, fix: FixOptions, errors: list[Input
     return [u for u in work if not _writes_a_fix(u) or same_file(fix_destination(u, config, fix)) not in refused]
 
 
+class OutputOnInput(ValueError):
+    """An output of the run names a file the run reads: writing it would replace an input."""
+
+
+def _outputs_apart_from(files: list[Path], taken: Mapping[tuple[object, ...], str]) -> None:
+    """Raise OutputOnInput when an output the run writes (`taken`) is one of its input files, however
+    spelled: inputs are never modified, so the run is refused before anything is read."""
+    if not taken:
+        return
+    from qlint.io.writes import same_file
+
+    for path in files:
+        option = taken.get(same_file(path))
+        if option is not None:
+            raise OutputOnInput(f"{option} names the input {display(path)}: give that output another path")
+
+
 def _writes_a_fix(unit: Work) -> bool:
     """Whether `--fix` writes a program for `unit`: a target, or a file of a kind it fixes (a named
     `.pte` is refused by its reader and writes nothing, so it claims no file)."""
@@ -571,6 +588,7 @@ def plan_work(
     (`_apart`), so every shard refuses the same ones.
     """
     files, errors = collect(paths, config, options)
+    _outputs_apart_from(files, taken or {})
     work = [Work(path=p) for p in files] + [Work(target=t) for t in targets]
     fix = options.fix if options is not None else None
     if fix is not None and not fix.dry_run:

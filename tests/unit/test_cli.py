@@ -118,6 +118,31 @@ def test_two_outputs_on_one_file_are_refused_before_anything_runs(writes: list[s
     assert sorted(p.name for p in tmp_path.iterdir()) == ["here", "link.json"]
 
 
+def test_an_output_on_a_file_the_run_reads_is_refused_and_the_file_kept(tmp_path: Path) -> None:
+    """An artifact named or found by the walk, the config, a profile: an output written there would
+    replace an input (a `.pt2` made SARIF fails every later run), so the run is refused, the file kept."""
+    example = (ROOT / "examples" / "attention.pt2").read_bytes()
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "a.pt2").write_bytes(example)
+    (tmp_path / ".qlint.yaml").write_text("select: [QL001]\n")
+    (tmp_path / "run.etdump").write_bytes(b"x")
+    cases = [
+        (["m/a.pt2", "--write-baseline", "m/a.pt2"], "--write-baseline m/a.pt2 names the input m/a.pt2"),
+        (["m/a.pt2", "--write", "sarif:./m/a.pt2"], "--write sarif:m/a.pt2 names the input m/a.pt2"),
+        (["m", "--write", "json:m/a.pt2"], "--write json:m/a.pt2 names the input m/a.pt2"),
+        (["m/a.pt2", "--write", "json:.qlint.yaml"], "--write json:.qlint.yaml names the config the run reads"),
+        (["m/a.pt2", "--profile", "run.etdump", "--write", "json:run.etdump"],
+         "--write json:run.etdump names the profile the run reads"),
+    ]
+    for args, said in cases:  # refused before anything is read: no torch, --profile too (not --static's)
+        result = qlint(["check", *([] if "--profile" in args else ["--static"]), *args], tmp_path)
+        errors = [line for line in result.stderr.splitlines() if line.startswith("qlint: error")]
+        assert (result.returncode, errors) == (2, [f"qlint: error: {said}: give that output another path"]), args
+    assert (tmp_path / "m" / "a.pt2").read_bytes() == example
+    assert (tmp_path / ".qlint.yaml").read_text() == "select: [QL001]\n"
+    assert (tmp_path / "run.etdump").read_bytes() == b"x"
+
+
 @pytest.mark.parametrize("prefix", [["check"], []])
 def test_every_argument_after_a_double_dash_is_a_path(prefix: list[str], tmp_path: Path) -> None:
     """Folders named like options (a glob in CI may pass them) are paths after `--`, options and

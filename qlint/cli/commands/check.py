@@ -41,6 +41,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     config = _config(args)
     if config is None:
         return EXIT_ERROR
+    problem = _output_on_input(args, config)
+    if problem:
+        return usage_error(problem)
     options = _run_options(args, config)
     if options is None:
         return EXIT_ERROR
@@ -116,6 +119,21 @@ def _shared_output(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _output_on_input(args: argparse.Namespace, config: Config) -> str | None:
+    """An output named to a file the run reads besides its artifacts (the config, a baseline, the base
+    metrics, a profile and its ETRecord): writing it would replace an input, so the run is refused.
+    (An artifact is an input the engine finds: `engine.OutputOnInput`.)"""
+    from qlint.io.writes import same_file
+
+    read = [("the config", config.path), ("the baseline", args.baseline), ("the base metrics", args.compare),
+            ("the profile", args.profile), ("the ETRecord", args.etrecord)]
+    taken = _taken(args)
+    for what, path in read:
+        if path is not None and (output := taken.get(same_file(path))) is not None:
+            return f"{output} names {what} the run reads: give that output another path"
+    return None
+
+
 def _outputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     """Every file the options name to be written, with the option that names it (`--fix`'s aside)."""
     outputs = [(f"--write {fmt}:{path}", path) for fmt, path in args.write]
@@ -187,6 +205,7 @@ def _run(args: argparse.Namespace, config: Config, options: RunOptions,
     records what is shown after the suppressions."""
     from qlint.graph import stack
     from qlint.run.check import check, inputs
+    from qlint.run.engine import OutputOnInput
     from qlint.run.suppressions import BaselineError
 
     stack.quiet_logs(args.verbose)
@@ -203,7 +222,7 @@ def _run(args: argparse.Namespace, config: Config, options: RunOptions,
     try:
         return check(paths, targets, config, options, cache, baseline=None if args.write_baseline else args.baseline,
                      jobs=args.jobs, shard=args.shard, progress=_progress_bar(args), base=base, taken=_taken(args))
-    except BaselineError as exc:
+    except (BaselineError, OutputOnInput) as exc:
         say(f"qlint: error: {exc}")
         return None
 
