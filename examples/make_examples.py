@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from examples import models  # noqa: E402
-from qlint.graph.quantize import quantize  # noqa: E402
+from qlint.loading.quantize import quantize  # noqa: E402
 
 
 def save(name: str, factory) -> None:  # type: ignore[no-untyped-def]

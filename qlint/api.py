@@ -34,7 +34,7 @@ from qlint.settings.config import Config, RemedyName
 
 if TYPE_CHECKING:
     from qlint.fix.apply import FixResult
-    from qlint.graph.rules import Linted
+    from qlint.full.rules import Linted
 
 __all__ = [
     "ArtifactStats", "Config", "Finding", "FixError", "FixResult", "FixSummary", "InputError", "Location",
@@ -82,16 +82,15 @@ def lint(program: Any, config: Config | None = None, *, artifact: str = "<progra
     """Lower a quantized ExportedProgram for Cortex-M and return every finding, as `qlint check` does:
     with budgets in the config, the program is measured as `--fix` would write it and held to them
     (QL009), and with `base` (a base run's metrics, `--write metrics:`) to their growth limits."""
-    from qlint.graph.lint import lint_program
+    from qlint.full.lint import lint_program
 
     config = config or Config()
     linted = lint_program(program, artifact, config)
     if not config.budgets.any:
         return linted.findings
-    from qlint.fix.apply import verification_inputs
     from qlint.fix.measure import measure
-    from qlint.fix.over_budget import figure_findings
-    from qlint.graph.readers import sample_inputs
+    from qlint.full.over_budget import figure_findings
+    from qlint.loading.inputs import sample_inputs, verification_inputs
     from qlint.settings.options import RunOptions
 
     figures = measure(program, linted, artifact, config, verification_inputs(sample_inputs(program)), RunOptions())
@@ -110,13 +109,13 @@ def fix(
     """Fold what can be folded exactly and return the verified `.pte` bytes.
 
     `inputs` are batches of example inputs; `seeds` seeded random batches of the
-    same shapes are added for verification (None: `qlint.graph.readers.VERIFY_SEEDS`). `linted`, the program's
-    `qlint.graph.lint.lint_program` with the same config, saves lowering it again
+    same shapes are added for verification (None: `qlint.loading.inputs.VERIFY_SEEDS`). `linted`, the program's
+    `qlint.full.lint.lint_program` with the same config, saves lowering it again
     (it is left unfolded). Raises FixError or VerificationError; nothing is
     returned half-done.
     """
-    from qlint.fix.apply import fix_program, verification_inputs
-    from qlint.graph.readers import VERIFY_SEEDS, sample_inputs
+    from qlint.fix.apply import fix_program
+    from qlint.loading.inputs import VERIFY_SEEDS, sample_inputs, verification_inputs
 
     saved = sample_inputs(program)
     batches = list(inputs) or ([saved] if saved else [])
@@ -157,7 +156,7 @@ def remedy(
     model at most `config.remedy_max_sqnr_drop_db` lower. Raises FixError (nothing
     built) when the kept remedies together fail or cost more accuracy than that.
     """
-    from qlint.graph.quantize import BuildError
+    from qlint.loading.quantize import BuildError
     from qlint.remedies.remedy import Build
     from qlint.remedies.search import remediate
 

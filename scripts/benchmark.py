@@ -50,7 +50,7 @@ import executorch.backends.cortex_m.quantizer.quantizer
 from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
 from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
 from executorch.exir import to_edge
-from qlint.graph.lowering import pass_list, target_config
+from qlint.loading.lowering import pass_list, target_config
 
 ep = torch.export.load(sys.argv[1])
 edge = to_edge(ep, compile_config=cortex_m_edge_compile_config())
@@ -68,8 +68,8 @@ TARGET_FLOW = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from examples.sam import make_two_way_transformer
-from qlint.graph.quantize import quantize
-from qlint.graph.lowering import run_passes, to_edge
+from qlint.loading.quantize import quantize
+from qlint.loading.lowering import run_passes, to_edge
 from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
 from executorch.exir import EdgeProgramManager
 
@@ -89,7 +89,7 @@ def make_sam_pt2(folder: Path) -> Path:
     import torch
 
     from examples.sam import make_two_way_transformer
-    from qlint.graph.quantize import quantize
+    from qlint.loading.quantize import quantize
 
     model, example, calibration = make_two_way_transformer()
     path = folder / "sam_two_way_transformer.pt2"

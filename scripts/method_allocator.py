@@ -3,7 +3,7 @@
 Builds `scripts/method_allocator.cpp` against the wheel's `libexecutorch.so` and headers (g++), then
 loads each program's `forward` with stub kernels registered under its operators' names (loading
 resolves kernels, never runs them) and prints the allocator's used bytes next to qlint's figure
-(`qlint.graph.memory.method_allocator_bytes`). The host is 64-bit, as qlint's figure is.
+(`qlint.device.memory.method_allocator_bytes`). The host is 64-bit, as qlint's figure is.
 
     python scripts/method_allocator.py model.pte [...]
 """
@@ -51,7 +51,7 @@ def measure(binary: Path, pte: Path) -> int:
 def main() -> None:
     from executorch.exir._serialize._program import deserialize_pte_binary
 
-    from qlint.graph.memory import method_allocator_bytes
+    from qlint.device.memory import method_allocator_bytes
 
     with tempfile.TemporaryDirectory() as tmp:
         binary = build(Path(tmp))

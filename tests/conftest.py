@@ -87,7 +87,7 @@ def stack(request: pytest.FixtureRequest) -> None:
     that has tests outside the torch-free unit tier."""
     if all(in_unit_tier(item) for item in request.session.items):
         return
-    from qlint.graph import stack
+    from qlint.loading import stack
     from qlint.run.isolation import warm_up
 
     stack.load()
@@ -111,7 +111,7 @@ def quantized(program_store: Path) -> Callable[..., Any]:
     import torch
 
     from examples import models, sam, zoo
-    from qlint.graph.quantize import quantize
+    from qlint.loading.quantize import quantize
 
     cache: dict[tuple[str, bool], Any] = {}
 
@@ -183,8 +183,8 @@ def program_store() -> Path:
     import hashlib
     from importlib import metadata
 
-    sources = sorted([*(ROOT / "examples").glob("*.py"), ROOT / "qlint" / "graph" / "quantize.py",
-                      ROOT / "qlint" / "graph" / "stack.py"])
+    sources = sorted([*(ROOT / "examples").glob("*.py"), ROOT / "qlint" / "loading" / "quantize.py",
+                      ROOT / "qlint" / "loading" / "stack.py"])
     digest = hashlib.sha256(CHECKOUT.encode())  # programs stored with the checkout as CHECKOUT
     for source in sources:
         digest.update(source.relative_to(ROOT).as_posix().encode() + b"\0" + code_of(source))
@@ -201,7 +201,7 @@ def linted(quantized: Callable[..., Any]) -> Callable[..., Any]:
     Lowering is most of a test's time; the result is only read (findings, the
     unfixed program to compare a fix against), never changed.
     """
-    from qlint.graph.lint import lint_program
+    from qlint.full.lint import lint_program
     from qlint.settings.config import Config
 
     cache: dict[tuple[str, bool], Any] = {}
@@ -252,8 +252,8 @@ def attention_plan(tmp_path_factory: pytest.TempPathFactory, quantized: Callable
     from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
     from executorch.exir import EdgeProgramManager
 
-    from qlint.graph.lint import lint_program
-    from qlint.graph.memory import live_peak
+    from qlint.device.memory import live_peak
+    from qlint.full.lint import lint_program
     from qlint.settings.config import Config
 
     checked = lint_program(quantized("make_attention"), "a", Config())  # to_executorch changes it: not the shared one

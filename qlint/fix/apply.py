@@ -1,7 +1,7 @@
 """Apply proven folds to a lowered program, verify it end to end, and emit a .pte.
 
 Graph rewriting stays in small functions over nodes; nothing here decides
-whether a fold is exact (that is `qlint.graph.folds`), and nothing is written unless
+whether a fold is exact (that is `qlint.analysis.folds`), and nothing is written unless
 the folded program reproduces the unfolded one's outputs bit for bit.
 """
 
@@ -16,17 +16,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch.fx import Node
 
+from qlint.analysis.folds import Fold, FoldKind
+from qlint.analysis.islands import fp32_compute, requantize_pairs
+from qlint.analysis.regions import Evaluations, moved_evaluations
+from qlint.analysis.validity import Invalid, find_invalid, float_reads, integer_clamps, restorable
+from qlint.analysis.values import Unchecked
+from qlint.device.memory import constant_contributors, method_allocator_bytes, peak_contributors, plan_with_buffers
 from qlint.fix.errors import FixError, VerificationError
 from qlint.fix.repair import rebound_clamps, restore_quantizes
-from qlint.graph.folds import Fold, FoldKind
-from qlint.graph.islands import fp32_compute, requantize_pairs
-from qlint.graph.memory import constant_contributors, method_allocator_bytes, peak_contributors, plan_with_buffers
-from qlint.graph.readers import VERIFY_SEEDS, VERIFY_SPREAD, seeded_batches
-from qlint.graph.regions import Evaluations, moved_evaluations
-from qlint.graph.validity import Invalid, find_invalid, float_reads, integer_clamps, restorable
-from qlint.graph.values import Unchecked
-from qlint.graph.view import GraphView, constant_inputs, input_node, output_dtype
 from qlint.io.reads import first_line
+from qlint.loading.view import GraphView, constant_inputs, input_node, output_dtype
 from qlint.records.results import (
     AppliedFold,
     ArtifactStats,
@@ -42,7 +41,7 @@ from qlint.settings.config import Config
 from qlint.settings.options import RunOptions
 
 if TYPE_CHECKING:
-    from qlint.graph.rules import Linted
+    from qlint.full.rules import Linted
 
 
 def _erase_if_dead(program: Any, nodes: Sequence[Node]) -> None:
@@ -142,16 +141,6 @@ def flatten(value: Any) -> list[torch.Tensor]:
     if isinstance(value, dict):
         return [t for v in value.values() for t in flatten(v)]
     return []
-
-
-def verification_inputs(
-    example: tuple[Any, ...] | None, extra: Sequence[tuple[Any, ...]] = (), seeds: int = VERIFY_SEEDS
-) -> list[tuple[Any, ...]]:
-    """The artifact's own inputs plus `seeds` seeded random batches of the same shapes and layouts."""
-    batches = [b for b in ([example] if example else []) + list(extra)]
-    if not batches:
-        return []
-    return batches + seeded_batches(batches[0], seeds, 0, VERIFY_SPREAD)
 
 
 def require_same_outputs(before: list[list[torch.Tensor]], after: list[list[torch.Tensor]]) -> None:
@@ -299,8 +288,8 @@ def fixable_lint(program: Any, artifact: str, config: Config, options: RunOption
     off). A program whose faults have one right answer (an integer kernel reading floats, an activation
     clamping the integers at the float model's bounds) is repaired (`qlint.fix.repair`) on a copy, linted
     again, and must then pass the same check: the lint returned is the copy's."""
-    from qlint.graph.lint import lint_program
-    from qlint.graph.rules import invalid_message, lowering_message
+    from qlint.full.lint import lint_program
+    from qlint.full.rules import invalid_message, lowering_message
 
     # `find_invalid` below runs the values on `inputs`: the lint need not run them on the sample inputs too
     linted = linted or lint_program(program, artifact, config, options, values_verified=bool(inputs))
@@ -331,7 +320,7 @@ def _refused(message: str, linted: Linted, artifact: str, config: Config,
     """The FixError for what the fix's own check `found` (on its inputs; after a repair, the next fault):
     with `linted` and a QL007 for each, the last why; without them when QL007 is off, since then no
     finding says why and the artifact is an error."""
-    from qlint.graph.rules import FindingFactory, invalid_finding
+    from qlint.full.rules import FindingFactory, invalid_finding
 
     if not config.enabled(Code.LOWERED_PROGRAM_INVALID):
         return FixError(message)
@@ -348,7 +337,7 @@ def _repaired(program: Any, artifact: str, config: Config, options: RunOptions,
               linted: Linted) -> tuple[Linted, list[AppliedFold]]:
     """A copy of the lowered program with QL007's repairs made (the quantizes put back, the clamps at their
     quantized bounds), and its lint."""
-    from qlint.graph.rules import run_rules
+    from qlint.full.rules import run_rules
 
     lowered = copy.deepcopy(linted.lowered)
     repairs = restore_quantizes(lowered, float_reads(GraphView(lowered, quantized=program)))
@@ -371,7 +360,7 @@ def fold_all(lowered: Any, folds: Sequence[Fold]) -> None:
 def checked_after(program: Any, lowered: Any, artifact: str, config: Config, options: RunOptions,
                   evaluations: Evaluations) -> tuple[Linted, Serialized]:
     """The folded program's rules (reusing the evaluations of what it kept) and its `.pte`."""
-    from qlint.graph.rules import run_rules
+    from qlint.full.rules import run_rules
 
     view = GraphView(lowered, quantized=program)
     return (run_rules(view, artifact, config, verbose=options.verbose, evaluations=evaluations, values_verified=True),
@@ -380,7 +369,7 @@ def checked_after(program: Any, lowered: Any, artifact: str, config: Config, opt
 
 def _summary(program: Any, artifact: str, linted: Linted, options: RunOptions, dry_run: bool) -> FixSummary:
     """What the fix plans: the folds and what is left, before anything is folded."""
-    from qlint.graph.lowering import needs_repair
+    from qlint.loading.lowering import needs_repair
     from qlint.settings.options import LoweringOrder
 
     ops = float_op_count(linted.analysis.view)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from qlint.graph.rules import Linted
+    from qlint.full.rules import Linted
     from qlint.records.results import Finding
 
 

@@ -5,9 +5,9 @@ A budget is about what ships, so a `.pt2` or a target is measured as `--fix` wou
 (folded; the same program when nothing folds); a check does not run it (`measure`). When the fix
 cannot be made, the
 lowered program is measured as it is, and the figures say so. A `.pte` is measured from its own
-plan (`qlint.graph.pte`). SRAM is the planned arena (activations and the CMSIS-NN scratch buffers
+plan (`qlint.loading.pte`). SRAM is the planned arena (activations and the CMSIS-NN scratch buffers
 ExecuTorch plans into it) plus what loading the program takes from the method allocator
-(`qlint.graph.memory.method_allocator_bytes`); flash is the `.pte`'s length.
+(`qlint.device.memory.method_allocator_bytes`); flash is the `.pte`'s length.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from qlint.settings.config import Config
 from qlint.settings.options import RunOptions
 
 if TYPE_CHECKING:
-    from qlint.graph.rules import Linted
+    from qlint.full.rules import Linted
 
 AS_FIXED = "as --fix writes it"
 

@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from qlint.graph.validity import FloatRead, IntegerClamp
-from qlint.graph.view import base_name, folded_qparams, op_name, torch_dtype
+from qlint.analysis.validity import FloatRead, IntegerClamp
+from qlint.loading.view import base_name, folded_qparams, op_name, torch_dtype
 from qlint.records.results import AppliedFold
 from qlint.rules.ops import SHAPE_OPS
 from qlint.rules.table import Code

@@ -15,7 +15,7 @@ MAX_CONSTANT_BYTES = 16 * MIB
 # The most all computed constants of one program may read and write together: an untrusted program
 # may apply a cheap op to one large constant tens of thousands of times (minutes in a 2 MB .pte).
 MAX_COMPUTED_TOTAL_BYTES = 256 * MIB
-# What QL007's runs of a program hold at once (`graph.values.Held`: the values they made and have not
+# What QL007's runs of a program hold at once (`analysis.values.Held`: the values they made and have not
 # dropped, and the next node's recorded output): the largest programs of the test zoo need a few MiB.
 # A node that would not fit is not run, and QL007 says the program cannot be checked.
 RUN_BUDGET_BYTES = 256 * MIB

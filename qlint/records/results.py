@@ -90,7 +90,7 @@ class ArtifactStats:
     lowered: bool = True
     graph: str = "graph"   # the id Model Explorer's adapter gives the program's graph
     static: bool = False   # read by `--static`: no lowering, so no kernels or coverage
-    cycles: int | None = None         # estimated for the run's core (`qlint.graph.cost`); None: not lowered
+    cycles: int | None = None         # estimated for the run's core (`qlint.device.cost`); None: not lowered
     fp32_cycles: int | None = None    # of which on float values
     latency_ms: float | None = None   # at the board's clock, when a board is set
     core: str = ""                    # what the estimate is for (`Core.describe`)
@@ -131,6 +131,22 @@ class LeftIsland:
     code: Code
     node: str
     reason: str
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One tensor of a planned arena: live from step `start` to step `end` (inclusive), at `offset`.
+    A reader records it (`loading.pte`, `device.memory.planned_buffers`); `device.memory` sums it."""
+
+    start: int
+    end: int
+    offset: int
+    size: int
+    fp32: bool
+    input: bool
+    name: str = ""                 # the value: a graph node, or a `.pte` value index
+    what: str = ""                 # its dtype, shape and the op that writes it
+    location: Location | None = None  # the model source line of that op, when known
 
 
 @dataclass(frozen=True)
@@ -219,7 +235,7 @@ class Figures:
     flash: tuple[Contributor, ...] = ()  # the largest constants
     fp32: tuple[Contributor, ...] = ()  # the largest fp32 islands (elements per inference)
     sram_budget: int | None = None      # the resolved SRAM budget, which the memory plot draws
-    cycles: int | None = None           # the estimate on the run's core (`qlint.graph.cost`)
+    cycles: int | None = None           # the estimate on the run's core (`qlint.device.cost`)
     fp32_cycles: int | None = None
     latency_ms: float | None = None     # at the board's clock
     time: tuple[Contributor, ...] = ()  # the costliest ops (cycles)

@@ -12,7 +12,7 @@ import ast
 import copy
 from typing import Any
 
-from qlint.graph import stack
+from qlint.loading import stack
 
 stack.load()
 

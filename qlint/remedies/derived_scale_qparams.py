@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from qlint.graph import stack
+from qlint.loading import stack
 
 stack.load()
 

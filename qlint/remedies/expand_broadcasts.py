@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from qlint.graph import stack
+from qlint.loading import stack
 
 stack.load()
 

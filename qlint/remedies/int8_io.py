@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qlint.graph import stack
+from qlint.loading import stack
 
 stack.load()
 

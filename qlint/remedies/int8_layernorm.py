@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from qlint.graph import stack
+from qlint.loading import stack
 
 stack.load()
 

@@ -1,5 +1,5 @@
 """What every remedy is: the `Build` it changes, the `Remedy` hooks over the steps of
-`qlint.graph.quantize`, and the hooks of several remedies applied in order.
+`qlint.loading.quantize`, and the hooks of several remedies applied in order.
 
 A remedy is optional hooks over those steps: the model and its input batches before export
 (`on_build`, `on_inputs`), the exported float graph before `prepare_pt2e` (`on_graph`), the

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from qlint.analysis.folds import FoldKind
 from qlint.fix.apply import (
     FixError,
     FixResult,
@@ -26,13 +27,11 @@ from qlint.fix.apply import (
     fix_program,
     flatten,
     run_program,
-    verification_inputs,
 )
-from qlint.graph.folds import FoldKind
-from qlint.graph.quantize import BuildError, export_float, quantize_graph, without_fast_paths
-from qlint.graph.readers import seeded_batches
-from qlint.graph.view import op_name
 from qlint.io.reads import first_line
+from qlint.loading.inputs import seeded_batches, verification_inputs
+from qlint.loading.quantize import BuildError, export_float, quantize_graph, without_fast_paths
+from qlint.loading.view import op_name
 from qlint.records.results import (
     Measurement,
     ProgramIO,

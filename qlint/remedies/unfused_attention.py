@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from qlint.graph import stack
+from qlint.loading import stack
 
 stack.load()
 

@@ -103,7 +103,7 @@ def _finding_lines(group: list[Finding], quiet: bool) -> list[str]:
 
 
 def _priced(finding: Finding) -> bool:
-    """Whether the finding carries its island's time (`graph.rules.Context.priced` sets both)."""
+    """Whether the finding carries its island's time (`full.rules.Context.priced` sets both)."""
     return "time_share" in finding.details and "cycles" in finding.details
 
 

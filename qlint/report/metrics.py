@@ -2,7 +2,7 @@
 
 A run's figures by artifact, schema-versioned; read field by field, since a pull request's base run
 wrote it; and the comparison of two runs as text lines, a markdown table and notices. QL009's growth
-limits read the same metrics (`fix.over_budget`).
+limits read the same metrics (`full.over_budget`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Two node-data files per program: the fp32 elements each node materializes per
 inference (a colour gradient; a node that lowering split, `layer_norm` into
 `native_layer_norm` and `getitem`, carries what all its parts count), and the
 rule code and cause (a label); a third for a lowered program, the estimated cycles of each
-node's ops on the run's core (`qlint.graph.cost`), so the time overlays the official view too. They are
+node's ops on the run's core (`qlint.device.cost`), so the time overlays the official view too. They are
 built with Model Explorer's own node-data classes, so they are what it loads.
 """
 

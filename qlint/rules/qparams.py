@@ -1,7 +1,7 @@
 """The one record of per-tensor quantization parameters, the same in both tiers and every output.
 
 The dtype is a name (`int8`), so the record needs no torch; the graph layer turns it into a torch
-dtype where it runs kernels (`qlint.graph.view.torch_dtype`).
+dtype where it runs kernels (`qlint.loading.view.torch_dtype`).
 """
 
 from __future__ import annotations

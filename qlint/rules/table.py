@@ -5,8 +5,8 @@ spelled here and nowhere else (the type checker knows `Code.CONSTANT_SCALE_ISLAN
 The rule's documentation (name, severity, what / why / example / fix safety) is its YAML file in
 `rules/`, joined to the row by `qlint.rules.catalog`. The functions that produce a rule's findings
 live with the layer that can compute them, each tier's in a typed registry keyed by `Code`
-(`graph.rules.FULL_RULES`, `static.rules.STATIC_RULES`, `run.suppressions.REPORT_RULES`,
-`fix.over_budget.FIGURE_RULES`); `tests/full/test_rule_registry.py` holds each registry to this table.
+(`full.rules.FULL_RULES`, `static.rules.STATIC_RULES`, `run.suppressions.REPORT_RULES`,
+`full.over_budget.FIGURE_RULES`); `tests/full/test_rule_registry.py` holds each registry to this table.
 """
 
 from __future__ import annotations

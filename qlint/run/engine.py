@@ -1,6 +1,6 @@
 """Run qlint over inputs: find artifacts and targets, answer from the cache, lint or fix each one.
 
-The per-program work (lower, run the rules) is `qlint.graph.lint`; this module
+The per-program work (lower, run the rules) is `qlint.full.lint`; this module
 owns discovery, the cache, shards, child processes and writing fixes.
 
 The cache: `entry` decides which answers are kept and under which key, for a file (its bytes) and
@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qlint.fix.over_budget import figure_findings
+from qlint.full.over_budget import figure_findings
 from qlint.io.reads import CONFIGURED, ReadError, first_line, printable, shown_path
 from qlint.records.results import FixSummary, InputError, Report
 from qlint.run.cache import Cache
@@ -30,7 +30,7 @@ from qlint.settings.options import FixOptions, RunOptions
 
 if TYPE_CHECKING:
     from qlint.fix.apply import FixResult
-    from qlint.graph.rules import Linted
+    from qlint.full.rules import Linted
 
 
 def _matches(rel: str, patterns: Iterable[str]) -> bool:
@@ -302,7 +302,8 @@ def lint_bytes(path: Path, data: bytes, artifact: str, config: Config, options: 
 
 
 def _lint_pt2(path: Path, data: bytes, artifact: str, config: Config, options: RunOptions) -> Report:
-    from qlint.graph.readers import read_pt2, sample_inputs
+    from qlint.loading.inputs import sample_inputs
+    from qlint.loading.readers import read_pt2
 
     report = Report()
     program = read_pt2(data, config.limits)
@@ -314,7 +315,7 @@ def _lint_pt2(path: Path, data: bytes, artifact: str, config: Config, options: R
 
 
 def _lint_pte(path: Path, data: bytes, artifact: str, config: Config, options: RunOptions) -> Report:
-    from qlint.graph.pte import lint_pte
+    from qlint.full.lint import lint_pte
 
     with _profile_errors(options):
         return lint_pte(data, artifact, config, options.measure, _input(options.profile, "ETDump", config))
@@ -323,7 +324,7 @@ def _lint_pte(path: Path, data: bytes, artifact: str, config: Config, options: R
 def _input(path: str | None, what: str, config: Config, named: str = "") -> bytes | None:
     """The bytes of a file the run was given besides the artifact (bounded like one), None without one;
     a ProfileError saying why not (after `named`)."""
-    from qlint.graph.profile import ProfileError
+    from qlint.device.profile import ProfileError
     from qlint.io.reads import read_input
 
     if path is None:
@@ -338,7 +339,7 @@ def _through_etrecord(path: Path, config: Config, options: RunOptions) -> Callab
     """How a `.pt2`'s lowering is measured by a profile of the `.pte` `--fix` wrote from it: through
     that fix's ETRecord (`--etrecord`, else `<name>.etrecord` beside the `.pt2`, where `--fix` writes it),
     the profile held to the instructions of the `.pte` written with it (`<name>.pte` beside it)."""
-    from qlint.graph.profile import (
+    from qlint.device.profile import (
         ProfileError,
         check_profile,
         check_record,
@@ -366,8 +367,8 @@ def _through_etrecord(path: Path, config: Config, options: RunOptions) -> Callab
 
 def _instructions(pte: str, config: Config) -> list[str]:
     """The instructions of the `.pte` written with an ETRecord, or a ProfileError naming it."""
-    from qlint.graph.profile import ProfileError
-    from qlint.graph.pte import pte_steps
+    from qlint.device.profile import ProfileError
+    from qlint.loading.pte import pte_steps
 
     try:
         return pte_steps(_input(pte, ".pte", config) or b"", config.limits)
@@ -378,7 +379,7 @@ def _instructions(pte: str, config: Config) -> list[str]:
 @contextlib.contextmanager
 def _profile_errors(options: RunOptions) -> Iterator[None]:
     """A profile (or ETRecord) that cannot be read, or is of another program: one line naming it."""
-    from qlint.graph.profile import ProfileError, ProfileMismatch
+    from qlint.device.profile import ProfileError, ProfileMismatch
 
     named = f"profile {printable(str(options.profile))}"
     try:
@@ -402,7 +403,7 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
     With `--fix` and remedies selected, the remedies that help are applied first
     (`qlint.remedies.search`), and the folds act on that build.
     """
-    from qlint.graph.quantize import BuildError, call_factory, quantize
+    from qlint.loading.quantize import BuildError, call_factory, quantize
 
     artifact = f"target:{target.name}"
     report = Report()
@@ -412,7 +413,7 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
         model, example, calibration = call_factory(target, config.base, config.root)
         remedies = target_remedies(target, config, options)
         if remedies:
-            from qlint.graph.quantize import module_file
+            from qlint.loading.quantize import module_file
             from qlint.remedies.remedy import Build
             from qlint.remedies.search import remediate
 
@@ -459,10 +460,10 @@ def _lint_or_fix(report: Report, program: Any, artifact: str, config: Config, op
                  measured: Callable[..., Any] | None = None) -> None:
     """The step files and targets share: lint a quantized program, or fix it into its `.pte`
     (`fix_destination`; `measured`: cycles a profile measured, `lint_program`'s `measure`)."""
-    from qlint.fix.apply import verification_inputs
+    from qlint.loading.inputs import verification_inputs
 
     if options.fix is None:
-        from qlint.graph.lint import lint_program
+        from qlint.full.lint import lint_program
 
         linted = lint_program(program, artifact, config, options, measure=measured)
         _checked(report, program, linted, artifact, config, options,

@@ -9,7 +9,7 @@ no child prints a progress bar another could interleave with.
 
 import threading
 
-from qlint.graph import stack
+from qlint.loading import stack
 
 stack.load()
 

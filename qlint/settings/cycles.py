@@ -6,7 +6,7 @@ Data, not code, so each figure carries its source (`fit:` the measurements it wa
 `source:` the manual it is quoted from, or `assumed:` why it is what it is), docs/cost-model.md
 renders them and the file is checked when it is read: a table that misses a CPU, a kernel class or
 a source fails with one line naming the key, not with a KeyError mid-estimate. torch-free: the
-estimator over a program's nodes is `qlint.graph.cost`.
+estimator over a program's nodes is `qlint.device.cost`.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class RunOptions:
     fix: FixOptions | None = None
     static: bool = False    # --static: QL001/QL004 from the graph JSON, no torch (`qlint.static`)
     measure: bool = False   # budgets or metrics asked: serialize each program and read its figures
-    profile: str | None = None  # --profile: an ETDump of the one artifact checked (`qlint.graph.profile`)
+    profile: str | None = None  # --profile: an ETDump of the one artifact checked (`qlint.device.profile`)
     etrecord: str | None = None  # --etrecord: the ETRecord that maps a profile to a `.pt2`'s lowering
 
     def cache_key(self) -> dict[str, Any]:

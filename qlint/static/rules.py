@@ -80,7 +80,7 @@ class ScaleChain:
 def _chain(graph: StaticGraph, start: StaticNode, max_elements: int) -> ScaleChain | None:
     """The constant scale island through `start`, an affine op with one constant operand; None
     where the full check calls the island QL002 whatever the value of a constant the tier cannot
-    compute (`graph.regions.classify`)."""
+    compute (`analysis.regions.classify`)."""
     dq_side = _runtime_operand(graph, start)
     if dq_side is None or _quantized_constant(graph, start, dq_side):
         return None

@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qlint.graph.lint import lint_program
-from qlint.graph.quantize import quantize
+from qlint.full.lint import lint_program
+from qlint.loading.quantize import quantize
 from qlint.settings.config import Config
 
 TESTS = "executorch.backends.cortex_m.test."
@@ -203,7 +203,7 @@ def test_the_conditions_are_written_for_the_installed_executorch() -> None:
     """The conditions are a copy of executorch's checks in words: a different executorch must be read again."""
     from importlib.metadata import version
 
-    from qlint.graph import conditions
+    from qlint.analysis import conditions
 
     assert conditions.EXECUTORCH == f"executorch {version('executorch')}"
 
@@ -213,7 +213,7 @@ def test_arguments_a_crafted_program_mangled_claim_no_condition() -> None:
     them as the op takes them, so the cause claims none (and nothing raises)."""
     from torch.fx import Graph
 
-    from qlint.graph.causes import cause_of
+    from qlint.analysis.causes import cause_of
 
     graph = Graph()
     x = graph.placeholder("x")

@@ -61,7 +61,7 @@ def test_select_ignore_and_off_change_results_and_exit_codes(
 def test_target_cpu_option(attention: Path, capsys: pytest.CaptureFixture[str],
                            monkeypatch: pytest.MonkeyPatch) -> None:
     """--target-cpu reaches the lowering (the real target config, recorded on its way)."""
-    from qlint.graph import lowering
+    from qlint.loading import lowering
 
     used: list[str] = []
     real = lowering.target_config

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from qlint.api import fix
-from qlint.graph.lint import lint_program
-from qlint.graph.quantize import quantize
-from qlint.graph.view import GraphView, op_name
+from qlint.full.lint import lint_program
+from qlint.loading.quantize import quantize
+from qlint.loading.view import GraphView, op_name
 from qlint.settings.config import Config, ConstantKind, FoldGuards
 
 
@@ -111,7 +111,7 @@ def test_lstm_fix_stores_the_zero_state_and_is_bit_exact(lstm: tuple[Any, tuple[
 
 def test_the_lstm_pte_reports_what_the_program_reports(lstm_linted: Any, lstm: tuple[Any, tuple[Any, ...]]) -> None:
     from qlint.fix.apply import to_pte
-    from qlint.graph.pte import lint_pte
+    from qlint.full.lint import lint_pte
 
     shipped = lint_pte(to_pte(lstm_linted.lowered, Config().root).pte, "lstm.pte", Config())
     assert [(f.details["ops"], f.details["fp32_elements"]) for f in only(shipped.findings, "QL008")] == [
@@ -191,8 +191,8 @@ def test_fix_puts_the_folded_quantize_back_and_stores_what_the_quantized_program
     the program it writes reads integers and gives the quantized program's values, which the lowered
     one did not (127 quantization steps off)."""
     from examples.models import make_computed_scale_quantized_mul
-    from qlint.graph.validity import find_invalid, float_reads
-    from qlint.graph.values import first_divergence
+    from qlint.analysis.validity import find_invalid, float_reads
+    from qlint.analysis.values import first_divergence
 
     program = quantized("make_computed_scale_quantized_mul")
     example = make_computed_scale_quantized_mul()[1]

@@ -7,9 +7,9 @@ import pytest
 import torch
 from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
 
-from qlint.graph.lint import lint_program
-from qlint.graph.quantize import export_float, quantize, quantize_graph
-from qlint.graph.view import op_name
+from qlint.full.lint import lint_program
+from qlint.loading.quantize import export_float, quantize, quantize_graph
+from qlint.loading.view import op_name
 from qlint.records.results import RemedyStatus
 from qlint.remedies.conv1d_as_conv2d import Conv1dAsConv2d, conv1d_as_conv2d
 from qlint.remedies.remedy import Build
@@ -99,8 +99,8 @@ def test_the_front_end_becomes_int8_convolutions_and_the_cause_names_the_remedy(
     assert moved == {((1, 8, 1, 32), (0, 2, 3, 1)), ((1, 16, 1, 32), (0, 2, 3, 1)), ((1, 16, 1, 16), (0, 2, 3, 1))}
     # CMSIS-NN runs a 1xN convolution over one row as a matrix product, without im2col
     # (arm_convolve_1_x_n_s8: stride times channels, 8 and 32, multiples of 4): no window is priced
-    from qlint.graph.cost import core_for, estimate
-    from qlint.graph.view import GraphView
+    from qlint.device.cost import core_for, estimate
+    from qlint.loading.view import GraphView
     from qlint.settings.cycles import cost_table
 
     core = core_for("cortex-m55")

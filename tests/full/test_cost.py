@@ -14,7 +14,7 @@ from conftest import ROOT, run_cli, run_json
 
 @pytest.mark.model("make_two_way_transformer")
 def test_sams_estimate_prices_its_islands_by_the_cores_fpu(linted: Callable[..., Any]) -> None:
-    from qlint.graph.cost import core_for, estimate
+    from qlint.device.cost import core_for, estimate
     from qlint.settings.cycles import cost_table
 
     view, table = linted("make_two_way_transformer").analysis.view, cost_table()
@@ -53,7 +53,7 @@ def test_sams_estimate_prices_its_islands_by_the_cores_fpu(linted: Callable[...,
 
 
 def test_a_boards_flash_read_cost_reaches_the_estimate(tmp_path: Path) -> None:
-    from qlint.graph.cost import core_of
+    from qlint.device.cost import core_of
     from qlint.settings.config import load_config
 
     config = tmp_path / ".qlint.yaml"
@@ -79,10 +79,10 @@ def test_explicit_layout_kernels_cost_what_their_twins_do_and_a_transposed_convo
     from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
     from executorch.exir.program._program import _transform, lift_constant_tensor_pass
 
-    from qlint.graph.cost import core_for, estimate
-    from qlint.graph.lowering import run_passes, target_config, to_edge
-    from qlint.graph.quantize import export_float, quantize_graph
-    from qlint.graph.view import GraphView
+    from qlint.device.cost import core_for, estimate
+    from qlint.loading.lowering import run_passes, target_config, to_edge
+    from qlint.loading.quantize import export_float, quantize_graph
+    from qlint.loading.view import GraphView
     from qlint.settings.cycles import cost_table
 
     torch.manual_seed(0)
@@ -120,7 +120,7 @@ def test_explicit_layout_kernels_cost_what_their_twins_do_and_a_transposed_convo
 
 
 def test_a_clock_turns_cycles_into_milliseconds() -> None:
-    from qlint.graph.cost import OpCost, ProgramCost
+    from qlint.device.cost import OpCost, ProgramCost
     from qlint.settings.cycles import Core
 
     cost = ProgramCost(Core("cortex-m4", "dsp", True, 120_000_000), [OpCost("a", "x", 1, "element", 1_200_000, True)])
@@ -131,7 +131,7 @@ def test_a_clock_turns_cycles_into_milliseconds() -> None:
 def test_no_board_gives_an_fpu_to_a_core_whose_architecture_has_none() -> None:
     """Whatever a board says, a core without an FPU is priced as soft float (the cost table has no
     FPU timings for it); the config and the command line refuse the claim before a run gets here."""
-    from qlint.graph.cost import core_for
+    from qlint.device.cost import core_for
     from qlint.settings.cycles import cost_table
 
     table = cost_table()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from qlint.graph.lint import lint_program
-from qlint.graph.quantize import export_float, quantize
+from qlint.full.lint import lint_program
+from qlint.loading.quantize import export_float, quantize
 from qlint.records.results import RemedyStatus
 from qlint.remedies.expand_broadcasts import ExpandBroadcasts, broadcast_nodes, expand_broadcasts
 from qlint.remedies.remedy import Build

@@ -13,9 +13,9 @@ import torch
 from conftest import main_json, run_cli, run_json
 
 from qlint.api import fix, lint
-from qlint.graph.lint import lint_program
-from qlint.graph.rules import run_rules
-from qlint.graph.view import GraphView, op_name
+from qlint.full.lint import lint_program
+from qlint.full.rules import run_rules
+from qlint.loading.view import GraphView, op_name
 from qlint.settings.config import Config, FoldGuards
 
 
@@ -183,7 +183,7 @@ def test_sam_memory_plot_draws_the_reported_plan(sam_fixed: tuple[dict[str, Any]
     # The folds removed fp32 tensors from the plan: fewer steps hold fp32 bytes after them.
     assert sum(timelines[1].fp32) < sum(timelines[0].fp32)
     # Read back from the written .pte's instructions and allocations: the same peak.
-    from qlint.graph.pte import lint_pte
+    from qlint.full.lint import lint_pte
     from qlint.settings.config import Config
 
     [shipped] = lint_pte(pte.read_bytes(), "sam.pte", Config()).memory
@@ -313,7 +313,7 @@ def test_verification_mismatch_writes_nothing(
     pt2_dir: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fold that is wrong (here: a table shifted by one) must be caught end to end."""
-    import qlint.graph.folds as folds
+    import qlint.analysis.folds as folds
 
     original = folds._int_fold
 
@@ -455,7 +455,7 @@ def test_a_uniform_vector_constant_folds_like_a_scalar(fixed: Callable[..., Any]
 def test_a_program_executorch_cannot_serialize_is_a_one_line_error() -> None:
     """A model with no outputs lowers, but to_executorch's memory planner refuses it."""
     from qlint.api import FixError
-    from qlint.graph.quantize import quantize
+    from qlint.loading.quantize import quantize
 
     class NoOutput(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> None:
@@ -474,7 +474,7 @@ def test_a_scale_with_an_in_graph_mask_folds_after_its_quantize_is_put_back(
         fixed: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     """The mask's `aten.full` feeds the int8 add as floats (QL007): `--fix` puts its quantize back, stores the
     mask it then computes (QL008), and removes the island that adds it, an identity (QL001)."""
-    from qlint.graph.validity import find_invalid
+    from qlint.analysis.validity import find_invalid
 
     result = fixed("make_masked_attention")
     assert sorted((f.code, f.kind) for f in result.summary.folds) == [
@@ -515,7 +515,7 @@ class FanOut(torch.nn.Module):
 @pytest.fixture(scope="module")
 def fan_out(tmp_path_factory: pytest.TempPathFactory) -> Callable[[bool], tuple[Any, Path]]:
     """`fan_out(where)` -> the quantized program and its .pt2, built once."""
-    from qlint.graph.quantize import quantize
+    from qlint.loading.quantize import quantize
 
     built: dict[bool, tuple[Any, Path]] = {}
 
@@ -537,7 +537,7 @@ def test_a_relu_left_on_integers_is_clamped_at_the_zero_point_by_fix(
     """The relu's input has the zero point 12: the stock lowering's relu keeps the integers 0 to 11 (down to
     -0.094 once read) where the quantized program gives 0.0. `--fix` clamps at the zero point, the one
     right answer, and writes the program once the value check passes it on every verification input."""
-    from qlint.graph.validity import find_invalid
+    from qlint.analysis.validity import find_invalid
 
     program, pt2 = fan_out(False)
     code, report = run_json(["check", "--no-cache", str(pt2)], capsys)

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from qlint.graph.folds import _scale_candidates
-from qlint.graph.memory import Buffer, _covered
+from qlint.analysis.folds import _scale_candidates
+from qlint.device.memory import _covered
+from qlint.records.results import Buffer
 
 
 def buffer(offset: int, size: int) -> Buffer:
@@ -40,8 +41,8 @@ def test_constant_propagation_never_runs_a_huge_or_untrusted_constant() -> None:
     """`aten.full` of any size is one node in an untrusted program: only small ones are computed."""
     import torch
 
-    from qlint.graph.view import computed_constants
     from qlint.io.limits import MAX_CONSTANT_BYTES
+    from qlint.loading.view import computed_constants
 
     class Masks(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -71,7 +72,7 @@ def test_the_stack_collects_cia_ops_with_one_dispatcher_walk_and_the_same_answer
     import torch.export.decomp_utils as decomp_utils
     import torch.export.exported_program as exported_program
 
-    from qlint.graph import stack
+    from qlint.loading import stack
 
     stack.load()
     patched, original = exported_program._collect_all_valid_cia_ops, export_utils._collect_all_valid_cia_ops
@@ -98,7 +99,7 @@ def test_a_lowering_with_shared_provenance_records_is_the_lowering_torch_copies_
 
     import torch.fx.traceback as fx_traceback
 
-    from qlint.graph import lowering, speedups
+    from qlint.loading import lowering, speedups
 
     def lowered() -> list[tuple[str, Any, str]]:
         program = lowering.run_passes(lowering.to_edge(copy.deepcopy(quantized("make_attention"))).exported_program())
@@ -133,7 +134,7 @@ def test_kernels_registered_directly_are_the_kernels_torch_registers(
     from executorch.exir.tracer import _default_decomposition_table
     from torch._ops import OpOverload
 
-    from qlint.graph import lowering, speedups
+    from qlint.loading import lowering, speedups
 
     cia, _ = exported_program._split_decomp_table_to_cia_and_python_decomp(_default_decomposition_table())
 

@@ -557,7 +557,7 @@ def test_an_artifact_with_a_number_past_any_float_is_corrupt_input(tmp_path: Pat
 
 
 @pytest.mark.parametrize(("tier", "module", "function"), [
-    (["--static"], "qlint.static.rules", "lint_static"), ([], "qlint.graph.readers", "read_pt2")])
+    (["--static"], "qlint.static.rules", "lint_static"), ([], "qlint.loading.readers", "read_pt2")])
 def test_overflow_while_reading_is_an_input_error(
     tier: list[str], module: str, function: str, artifact: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,

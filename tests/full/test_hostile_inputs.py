@@ -294,7 +294,7 @@ def test_torch_itself_would_run_the_renamed_and_duplicate_archives(tmp_path: Pat
     """The two archives qlint once loaded do run code under plain torch.export.load (why they are refused)."""
     import torch
 
-    from qlint.graph import stack
+    from qlint.loading import stack
 
     stack.load()
     for attack in ("renamed-program", "duplicate-evil-first"):

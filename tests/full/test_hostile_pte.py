@@ -302,7 +302,8 @@ def test_limits_on_pte_reading_are_configurable(tmp_path: Path, capsys: pytest.C
 
 def test_the_timeline_sweep_equals_covering_the_live_buffers_at_every_step() -> None:
     """Aliases (overlapping offsets), empty and inverted lifetimes, zero sizes, negative starts."""
-    from qlint.graph.memory import Buffer, _covered, timeline
+    from qlint.device.memory import _covered, timeline
+    from qlint.records.results import Buffer
 
     rng = random.Random(7)
     for _ in range(500):

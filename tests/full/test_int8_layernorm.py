@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qlint.graph.quantize import export_float
+from qlint.loading.quantize import export_float
 from qlint.remedies.int8_layernorm import Int8LayerNorm, rebuild_layer_norms
 
 

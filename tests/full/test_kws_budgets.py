@@ -171,10 +171,9 @@ def test_a_check_measures_the_folded_program_without_running_it(
     with budgets folds a copy and serializes it, and its figures are those of what `--fix` writes."""
     import qlint.fix.apply
     from qlint.api import fix
-    from qlint.fix.apply import verification_inputs
     from qlint.fix.measure import measure
-    from qlint.graph.lint import lint_program
-    from qlint.graph.readers import sample_inputs
+    from qlint.full.lint import lint_program
+    from qlint.loading.inputs import sample_inputs, verification_inputs
     from qlint.settings.config import Config
     from qlint.settings.options import RunOptions
 

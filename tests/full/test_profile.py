@@ -374,7 +374,7 @@ def test_an_edge_program_debug_handle_that_is_no_index_is_read_as_absent(
         fixed_attention: tuple[Path, Path, Path]) -> None:
     """`str.isdigit` takes `²` and `int` refuses it; Python's int conversion refuses 5,000 digits: either,
     as a node's debug handle in the edge program, names no handle (never an internal error)."""
-    from qlint.graph.profile import read_etrecord
+    from qlint.device.profile import read_etrecord
     from qlint.io.limits import Limits
 
     _, _, record = fixed_attention
@@ -433,7 +433,7 @@ def test_a_profile_whose_cycles_sum_past_what_figures_hold_exactly_is_refused(
         plain_profile: tuple[Path, Path, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
     """Each event is under 2**32 cycles, so only a profile of over 2**21 instructions (a raised
     `profile_entries`) sums past 2**53: the bound lowered here to reach it with a small one."""
-    from qlint.graph import profile as module
+    from qlint.device import profile as module
     from qlint.io.limits import Limits
 
     _, profile, kinds = plain_profile
@@ -543,7 +543,7 @@ def test_a_profile_costs_its_events_not_what_its_strings_decode_to(
         plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An 800 KB ETDump listing one event with strings of control characters 199,900 times decoded, as
     JSON, to gigabytes (208 s, 2.2 GiB): it is read in about a second, each event's name only."""
-    from qlint.graph.profile import ProfileError, read_profile
+    from qlint.device.profile import ProfileError, read_profile
     from qlint.io.limits import Limits
 
     pte = plain_profile[0]
@@ -574,7 +574,7 @@ def test_the_overlay_and_the_time_plot_show_the_measured_cycles(
         plain_profile: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Model Explorer's node data carries each instruction's measured cycles on the `.pte` adapter's ids
     (`forward_0_<instruction>`), and the time plot draws the measured bars."""
-    from qlint.graph.pte import lint_pte
+    from qlint.full.lint import lint_pte
     from qlint.report.model_explorer import TIME_SUFFIX, file_stem
     from qlint.report.time_plot import figure
     from qlint.settings.config import Config

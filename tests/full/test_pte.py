@@ -93,7 +93,7 @@ def test_a_pte_reports_the_islands_of_constants_computed_in_the_graph_as_its_pro
     are computed in the graph: the `.pte` of the program reports the same islands, codes and
     identity verdicts as the program."""
     from qlint.fix.apply import to_pte
-    from qlint.graph.pte import lint_pte
+    from qlint.full.lint import lint_pte
     from qlint.settings.config import Config
 
     def islands(findings: list[Any]) -> list[tuple[str, Any, int]]:
@@ -113,7 +113,7 @@ def _stock_pte(program: Any) -> bytes:
     from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
     from executorch.exir import EdgeProgramManager
 
-    from qlint.graph.lowering import target_config, to_edge
+    from qlint.loading.lowering import target_config, to_edge
 
     lowered = CortexMPassManager(to_edge(program).exported_program(), target_config=target_config("cortex-m55"))
     manager = EdgeProgramManager({"forward": lowered.transform()}, compile_config=cortex_m_edge_compile_config())
@@ -140,7 +140,7 @@ def levit_mlp_pte(program_store: Path) -> bytes:
 
     import torch
 
-    from qlint.graph.quantize import quantize
+    from qlint.loading.quantize import quantize
 
     digest = hashlib.sha256(inspect.getsource(_levit_mlp).encode()).hexdigest()[:16]
     stored = program_store / f"levit_mlp_with_bn-{digest}.pt2"
@@ -179,7 +179,8 @@ def test_eval_batch_norm_statistics_are_read_as_the_cpu_export_records_them(levi
     """Export traces on the CPU, where eval-mode batch norm keeps no statistics: to_executorch records
     its saved mean and invstd as [0] where the meta kernel computes [C] (any other device's answer).
     Either device's answer is read; sizes that neither gives are refused."""
-    from qlint.graph.pte import ReadError, lint_pte
+    from qlint.full.lint import lint_pte
+    from qlint.io.reads import ReadError
     from qlint.settings.config import Config
 
     sizes, refusal = STATISTICS[case]
@@ -201,9 +202,8 @@ def test_a_program_that_takes_a_python_number_is_read() -> None:
     import torch
     from executorch.exir._serialize._program import deserialize_pte_binary
 
-    from qlint.graph.lint import lint_program
-    from qlint.graph.pte import lint_pte
-    from qlint.graph.quantize import quantize
+    from qlint.full.lint import lint_program, lint_pte
+    from qlint.loading.quantize import quantize
     from qlint.settings.config import Config
 
     class AddNumber(torch.nn.Module):

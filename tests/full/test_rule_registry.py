@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-import qlint.graph.regions
-import qlint.graph.rules
+import qlint.analysis.regions
+import qlint.full.rules
 from qlint.api import fix
-from qlint.graph.lint import lint_program
+from qlint.full.lint import lint_program
 from qlint.rules.catalog import load_catalog
 from qlint.rules.table import TABLE, Code, Scope, static_codes
 from qlint.settings.config import Config
@@ -28,13 +28,13 @@ def example(name: str) -> tuple[Any, ...]:
 def evaluations(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[str, ...]]:
     """Counts exhaustive evaluations, keyed by the evaluated region's output nodes."""
     counts: Counter[tuple[str, ...]] = Counter()
-    original = qlint.graph.regions.evaluate
+    original = qlint.analysis.regions.evaluate
 
     def counting(view: Any, island: Any, dq: Any, values: Any) -> Any:
         counts[tuple(o.name for o in island.outputs)] += 1
         return original(view, island, dq, values)
 
-    monkeypatch.setattr(qlint.graph.regions, "evaluate", counting)
+    monkeypatch.setattr(qlint.analysis.regions, "evaluate", counting)
     return counts
 
 
@@ -42,7 +42,7 @@ def evaluations(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[str, ...]]:
 def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Counts island classifications and fold plans."""
     counts: Counter[str] = Counter()
-    for module, name in ((qlint.graph.regions, "classify"), (qlint.graph.rules, "plan_region")):
+    for module, name in ((qlint.analysis.regions, "classify"), (qlint.full.rules, "plan_region")):
         original = getattr(module, name)
 
         def counting(*args: Any, _name: str = name, _original: Any = original) -> Any:
@@ -56,21 +56,21 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 def test_each_tiers_registry_has_exactly_the_table_rows_of_its_scope() -> None:
     """Every rule of the table has one function in the registry of the layer that computes it, and
     no registry holds a code the table does not give it: the table decides what runs, typed."""
-    from qlint.fix.over_budget import FIGURE_RULES
+    from qlint.full.over_budget import FIGURE_RULES
     from qlint.run.suppressions import REPORT_RULES
     from qlint.static.rules import STATIC_RULES
 
     catalog = load_catalog()
     assert [row.code for row in TABLE] == sorted(catalog) == list(Code)
     by_scope = {scope: {row.code for row in TABLE if row.scope == scope} for scope in Scope}
-    assert set(qlint.graph.rules.LOWERING_RULES) == by_scope[Scope.LOWERING]
-    assert set(qlint.graph.rules.REGION_RULES) == by_scope[Scope.REGION]
-    assert set(qlint.graph.rules.PROGRAM_RULES) == by_scope[Scope.PROGRAM]
+    assert set(qlint.full.rules.LOWERING_RULES) == by_scope[Scope.LOWERING]
+    assert set(qlint.full.rules.REGION_RULES) == by_scope[Scope.REGION]
+    assert set(qlint.full.rules.PROGRAM_RULES) == by_scope[Scope.PROGRAM]
     assert set(REPORT_RULES) == by_scope[Scope.REPORT] and set(FIGURE_RULES) == by_scope[Scope.FIGURES]
     assert set(STATIC_RULES) == set(static_codes()) == {Code.CONSTANT_SCALE_ISLAND, Code.REQUANTIZE_PAIR}
-    assert qlint.graph.rules.REGION_RULES[Code.CONSTANT_SCALE_ISLAND] is qlint.graph.rules.constant_scale
+    assert qlint.full.rules.REGION_RULES[Code.CONSTANT_SCALE_ISLAND] is qlint.full.rules.constant_scale
     # A function is registered once: no rule runs twice or by a side door.
-    functions = [*qlint.graph.rules.FULL_RULES.values(), *STATIC_RULES.values(), *REPORT_RULES.values(),
+    functions = [*qlint.full.rules.FULL_RULES.values(), *STATIC_RULES.values(), *REPORT_RULES.values(),
                  *FIGURE_RULES.values()]
     assert len(functions) == len(set(functions)) == len(TABLE) + len(STATIC_RULES)
 
@@ -80,7 +80,7 @@ def test_a_rule_code_is_spelled_only_in_the_rule_table() -> None:
     import re
     from pathlib import Path
 
-    package = Path(qlint.graph.rules.__file__).parents[1]
+    package = Path(qlint.full.rules.__file__).parents[1]
     spelled = {str(path.relative_to(package)) for path in package.rglob("*.py")
                if re.search(r"([\"'])QL\d{3}\1", path.read_text())}
     assert spelled == {"rules/table.py"}
@@ -136,8 +136,8 @@ def test_a_deselected_rule_does_no_analysis(
 @pytest.mark.model("make_attention")
 def test_fix_leaves_what_a_deselected_rule_would_fold(fixed: Callable[..., Any], quantized: Callable[..., Any]) -> None:
     """ruff's rule: --fix fixes only what the selected rules report."""
-    from qlint.graph.islands import requantize_pairs
-    from qlint.graph.view import GraphView
+    from qlint.analysis.islands import requantize_pairs
+    from qlint.loading.view import GraphView
 
     program = quantized("make_attention")
     everything = fixed("make_attention")

@@ -110,7 +110,7 @@ def test_cache_key_covers_qlint_code_and_rules(zoo: Path, tmp_path: Path, monkey
     shutil.copytree(ROOT / "rules", copy / "rules", ignore=skip)
     before = fingerprint_of(copy)
     assert before == cache.code_fingerprint.__wrapped__()  # the copy is fingerprinted as the checkout is
-    for name in ("rules/QL001.yaml", "qlint/graph/islands.py", "qlint/settings/cycles.yaml"):
+    for name in ("rules/QL001.yaml", "qlint/analysis/islands.py", "qlint/settings/cycles.yaml"):
         edited = copy / name
         original = edited.read_bytes()
         edited.write_bytes(original + b"\n# an edit\n")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from qlint.graph.lint import lint_program
+from qlint.full.lint import lint_program
 from qlint.settings.config import Config, FoldGuards
 from qlint.settings.options import LoweringOrder, RunOptions
 
@@ -260,7 +260,7 @@ def test_causes_name_a_missing_pattern_and_merge_ops_with_one_cause() -> None:
     import torch
     from torch.fx import Graph
 
-    from qlint.graph.causes import causes
+    from qlint.analysis.causes import causes
 
     graph = Graph()
     x = graph.placeholder("x")
@@ -296,7 +296,7 @@ def test_a_fused_fast_path_op_in_an_artifact_names_the_fast_path_and_how_to_expo
     import torch
     from torch.fx import Graph
 
-    from qlint.graph.causes import cause_of
+    from qlint.analysis.causes import cause_of
 
     graph = Graph()
     x = graph.placeholder("x")

@@ -105,8 +105,8 @@ def test_both_tiers_decide_an_island_of_each_op_kind(kind: str, tmp_path: Path) 
     (an island of offsets alone once passed the static tier unseen)."""
     import torch
 
-    from qlint.graph.lint import lint_program
-    from qlint.graph.quantize import quantize
+    from qlint.full.lint import lint_program
+    from qlint.loading.quantize import quantize
 
     class Between(torch.nn.Module):
         def __init__(self) -> None:
@@ -131,7 +131,7 @@ def scaled_by_a_buffer(op: str) -> Any:
     """`x op c`, c a one-element buffer of 2 (no calibration runs through a NaN), quantized once."""
     import torch
 
-    from qlint.graph.quantize import quantize
+    from qlint.loading.quantize import quantize
 
     class ByBuffer(torch.nn.Module):
         def __init__(self) -> None:
@@ -153,7 +153,7 @@ def test_both_tiers_decide_an_island_whose_constant_is_zero_nan_or_infinite(op: 
     said by the static tier to the letter; an offset of zero is an identity (QL001) in both."""
     import torch
 
-    from qlint.graph.lint import lint_program
+    from qlint.full.lint import lint_program
 
     program = scaled_by_a_buffer(op)
     [name] = [n for n, t in program.state_dict.items() if t.numel() == 1]

@@ -12,11 +12,12 @@ import torch
 import torch.nn.functional as F
 from conftest import run_cli
 
-from qlint.fix.apply import FixError, fix_program, verification_inputs
-from qlint.graph.lint import lint_program
-from qlint.graph.quantize import quantize
-from qlint.graph.values import DIVERGED_STEPS, first_divergence
-from qlint.graph.view import GraphView
+from qlint.analysis.values import DIVERGED_STEPS, first_divergence
+from qlint.fix.apply import FixError, fix_program
+from qlint.full.lint import lint_program
+from qlint.loading.inputs import verification_inputs
+from qlint.loading.quantize import quantize
+from qlint.loading.view import GraphView
 from qlint.settings.config import Config
 
 
@@ -56,7 +57,7 @@ def test_fix_clamps_the_integers_at_the_quantized_bounds_and_the_value_check_pas
         integer_clamp: tuple[Any, tuple[torch.Tensor]]) -> None:
     """A clamp on the integers has one right answer: its bounds quantized as its input and output are read.
     `--fix` makes that clamp, and writes it only once the value check passes it on every verification input."""
-    from qlint.graph.validity import find_invalid
+    from qlint.analysis.validity import find_invalid
 
     program, example = integer_clamp
     checked = lint_program(program, "clamp", Config())
@@ -218,7 +219,7 @@ def test_a_value_check_past_its_bound_says_so_in_every_format(
         big_where: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Where a run would hold more than the bound, QL007 says it cannot check, at the node it stopped
     before, in every format: a check that did not run is never a pass."""
-    from qlint.graph import values
+    from qlint.analysis import values
     from qlint.report.escape import markdown_text
 
     monkeypatch.setattr(values, "RUN_BUDGET_BYTES", 32 * 1024 * 1024)
@@ -244,8 +245,9 @@ def test_a_run_of_the_lowered_program_past_the_bound_says_so(
         big_where: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`aten.repeat` on int8 is no elementwise op: only running the lowered program tells whether it runs.
     Past the bound that run is not made, and QL007 says so instead of passing."""
-    from qlint.graph import values
-    from qlint.graph.readers import read_pt2, sample_inputs
+    from qlint.analysis import values
+    from qlint.loading.inputs import sample_inputs
+    from qlint.loading.readers import read_pt2
 
     monkeypatch.setattr(values, "RUN_BUDGET_BYTES", 16 * 1024 * 1024)
     program = read_pt2(big_where.read_bytes(), Config().limits)
@@ -263,7 +265,7 @@ def test_a_run_of_the_lowered_program_past_the_bound_says_so(
 @pytest.mark.parametrize("shape", [(1, 3 * (1 << 18) + 5), (1, 700, 1100, 3), ()])
 def test_a_node_is_judged_a_slice_at_a_time_and_every_element_counts(shape: tuple[int, ...]) -> None:
     """The largest difference of a compared node is found in whichever slice it is, with both values there."""
-    from qlint.graph.values import _as_read, _worst
+    from qlint.analysis.values import _as_read, _worst
     from qlint.rules.qparams import QParams
 
     qparams = QParams(0.5, 3, -128, 127, "int8")

@@ -24,7 +24,7 @@ import executorch_corpus as corpus_lib
 import pytest
 from conftest import ROOT
 
-from qlint.graph import conditions
+from qlint.analysis import conditions
 
 
 @dataclass
@@ -227,7 +227,7 @@ def _verdicts(graph: Any) -> list[tuple[str, str, bool, list[str]]]:
 
 
 def test_conditions_agree_with_executorchs_checks_on_every_node() -> None:
-    """qlint's written conditions (qlint.graph.conditions) against ExecuTorch's own checks on every pattern
+    """qlint's written conditions (qlint.analysis.conditions) against ExecuTorch's own checks on every pattern
     match of every case's float graph as the quantizer annotates it: a check that refuses what the
     conditions accept, or the reverse, fails here (a new executorch release is noticed this way)."""
     collected = corpus_lib.collect()
@@ -252,7 +252,8 @@ def test_every_stock_pte_is_read_as_the_program_it_was_written_from(run: Run) ->
     by qlint's `.pte` reader, none refused, with the fp32 compute ops of the stock reference. All are
     read in this process, about 2 s (a `qlint check` decodes each `.pte` in a child of its own: over a
     minute for these on two cores)."""
-    from qlint.graph.pte import ReadError, lint_pte
+    from qlint.full.lint import lint_pte
+    from qlint.io.reads import ReadError
     from qlint.settings.config import Config
 
     lowered = {stem for stem, ref in run.references.items() if ref.error is None}
@@ -301,9 +302,9 @@ PUBLISHED = [  # (model, cpu, MHz, board, ms)
 def test_estimates_of_the_mlperf_tiny_models_are_within_1_5x_of_published_latencies() -> None:
     import torch
 
-    from qlint.graph.cost import core_for, estimate
-    from qlint.graph.lowering import run_passes, to_edge
-    from qlint.graph.view import GraphView
+    from qlint.device.cost import core_for, estimate
+    from qlint.loading.lowering import run_passes, to_edge
+    from qlint.loading.view import GraphView
     from qlint.settings.boards import builtin_boards
 
     built = corpus_lib.corpus()
@@ -329,9 +330,9 @@ def test_a_depthwise_convolution_of_one_input_channel_is_priced_as_cmsis_nn_runs
     regular convolution (im2col and the matrix product), on DSP as a depthwise one."""
     import torch
 
-    from qlint.graph.cost import core_for, estimate
-    from qlint.graph.lowering import run_passes, to_edge
-    from qlint.graph.view import GraphView
+    from qlint.device.cost import core_for, estimate
+    from qlint.loading.lowering import run_passes, to_edge
+    from qlint.loading.view import GraphView
     from qlint.settings.cycles import cost_table
 
     program = torch.export.load(str(corpus_lib.corpus().folder / "test_ds_cnn__ds_cnn.pt2"))

@@ -238,7 +238,7 @@ def test_derived_qparams_change_only_the_scale_and_its_one_consumer() -> None:
     from torchao.quantization.pt2e.quantizer import DerivedQuantizationSpec
 
     from examples.models import make_attention
-    from qlint.graph.quantize import export_float
+    from qlint.loading.quantize import export_float
     from qlint.remedies.derived_scale_qparams import derive_scale_qparams
 
     model, example, _ = make_attention()
@@ -303,7 +303,7 @@ class Attention(torch.nn.Module):
     ids=["plain", "scale", "float-mask", "bool-mask", "causal"],
 )
 def test_unfused_attention_is_the_same_math_in_float(module: torch.nn.Module) -> None:
-    from qlint.graph.quantize import export_float
+    from qlint.loading.quantize import export_float
 
     generator = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, 6, 4, generator=generator) for _ in range(3))
@@ -368,7 +368,7 @@ def test_fix_with_unsafe_fixes_builds_the_target_channels_last_and_reports_it(
 
 def test_the_api_builds_remedies_folds_and_returns_a_verified_pte() -> None:
     from qlint.api import remedy
-    from qlint.graph.pte import lint_pte
+    from qlint.full.lint import lint_pte
 
     namespace: dict[str, Any] = {}
     exec(CONV_TARGET, namespace)  # the same factory the CLI test imports

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from examples.zoo import ZOO
-from qlint.graph.pte import lint_pte
-from qlint.graph.view import op_name
+from qlint.full.lint import lint_pte
+from qlint.loading.view import op_name
 from qlint.settings.config import Config
 
 ZOO_MODELS = [f"make_{name}" for name in ZOO]

@@ -12,12 +12,13 @@ PACKAGE = ROOT / "qlint"
 
 # Bottom to top: a subpackage may import itself and what is listed before it. `_compat` and the
 # package root are below everything; `api` and `__main__` are above everything.
-LAYERS = ("io", "rules", "records", "settings", "static", "graph", "fix", "remedies", "report", "run", "cli")
+LAYERS = ("io", "rules", "records", "settings", "static", "loading", "analysis", "device", "full", "fix", "remedies",
+          "report", "run", "cli")
 BOTTOM = {"qlint", "qlint._compat"}
 TOP = {"qlint.api", "qlint.__main__"}
 # Where `import torch` (executorch, torchao) may stand at module level. Everything else imports the
 # stack inside the function that needs it, so `--help`, `rules`, `rule` and `--static` stay torch-free.
-TORCH_AT_MODULE_LEVEL = {"graph", "fix", "remedies"}
+TORCH_AT_MODULE_LEVEL = {"loading", "analysis", "device", "full", "fix", "remedies"}
 STACK = ("torch", "executorch", "torchao")
 # The module the forkserver imports by name (`run.isolation`) so that every child starts with the stack
 # loaded: the one module outside those packages that loads it as it is imported. No module imports it.
@@ -146,13 +147,13 @@ def test_importing_a_module_outside_those_packages_never_loads_the_stack() -> No
 def test_the_layer_checks_find_what_they_look_for() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
-    assert layer("qlint.io.reads") < layer("qlint.graph.view") < layer("qlint.cli.main")
-    assert "torch" in imports_of(PACKAGE / "graph" / "view.py", module_level_only=True)
+    assert layer("qlint.io.reads") < layer("qlint.loading.view") < layer("qlint.cli.main")
+    assert "torch" in imports_of(PACKAGE / "loading" / "view.py", module_level_only=True)
     assert "torch" not in imports_of(PACKAGE / "cli" / "main.py", module_level_only=True)
 
 
 def test_no_reporter_constructs_a_finding() -> None:
-    """Rules run where rules run (the tiers, `fix.over_budget`, `run.suppressions`); `report/` formats."""
+    """Rules run where rules run (the tiers, `full.over_budget`, `run.suppressions`); `report/` formats."""
     for name, path in MODULES.items():
         if name.startswith("qlint.report"):
             calls = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from qlint.fix.over_budget import over_budget
+from qlint.full.over_budget import over_budget
 from qlint.records.results import Contributor, Figures, Location, Report
 from qlint.report.metrics import MetricsError, delta_markdown, deltas, metrics_json, read_metrics
 from qlint.settings.boards import builtin_boards

@@ -85,8 +85,8 @@ def test_readme_commands_are_the_ones_ci_runs() -> None:
 
 def test_the_cause_classes_page_covers_every_written_check() -> None:
     """docs/causes.md lists the conditions of every ExecuTorch check qlint evaluates, and the
-    README links it: a check added to qlint.graph.conditions without its row fails here."""
-    from qlint.graph import conditions
+    README links it: a check added to qlint.analysis.conditions without its row fails here."""
+    from qlint.analysis import conditions
 
     page = (ROOT / "docs" / "causes.md").read_text()
     for check in conditions.PATTERN_CONDITIONS:

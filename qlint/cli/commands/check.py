@@ -203,7 +203,7 @@ def _run(args: argparse.Namespace, config: Config, options: RunOptions,
     suppressions and `--baseline` applied; None after an error line when the baseline cannot be read
     (it is read before anything is checked). With `--write-baseline` no baseline is applied: it
     records what is shown after the suppressions."""
-    from qlint.graph import stack
+    from qlint.loading import stack
     from qlint.run.check import check, inputs
     from qlint.run.engine import OutputOnInput
     from qlint.run.suppressions import BaselineError

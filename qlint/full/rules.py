@@ -19,10 +19,9 @@ from typing import Any, TypeAlias
 
 from torch.fx import Node
 
-from qlint.graph.causes import cause_of
-from qlint.graph.cost import ProgramCost, compare, core_of, estimate
-from qlint.graph.folds import Fold, Left, plan_region
-from qlint.graph.islands import (
+from qlint.analysis.causes import cause_of
+from qlint.analysis.folds import Fold, Left, plan_region
+from qlint.analysis.islands import (
     Coverage,
     constant_fp32,
     coverage,
@@ -31,14 +30,15 @@ from qlint.graph.islands import (
     fp32_elements,
     fp32_total,
 )
-from qlint.graph.lowering import LoweringError
-from qlint.graph.readers import sample_inputs
-from qlint.graph.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
-from qlint.graph.validity import Invalid, find_invalid, restorable
-from qlint.graph.values import Unchecked
-from qlint.graph.view import GraphView, base_name, is_float, numel, op_name
+from qlint.analysis.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
+from qlint.analysis.validity import Invalid, find_invalid, restorable
+from qlint.analysis.values import Unchecked
+from qlint.device.cost import ProgramCost, compare, core_of, estimate
 from qlint.io.limits import MIB
 from qlint.io.reads import first_line
+from qlint.loading.inputs import check_inputs
+from qlint.loading.lowering import LoweringError
+from qlint.loading.view import GraphView, base_name, is_float, numel, op_name
 from qlint.records.results import ArtifactStats, Contributor, Finding, Location, shapes_elided
 from qlint.records.source import locate, module_path
 from qlint.rules import builders
@@ -296,13 +296,6 @@ def invalid_message(invalid: Invalid | Unchecked) -> str:
     )
 
 
-def value_batches(view: GraphView) -> list[tuple[Any, ...]]:
-    """What the check runs the lowered program against the quantized one on: the sample inputs saved
-    with the program (one run of each; `--fix` checks its verification inputs too)."""
-    example = sample_inputs(view.quantized) if view.quantized is not None else None
-    return [example] if example else []
-
-
 def unchecked_message(unchecked: Unchecked) -> str:
     """QL007 when a run it needs would hold more than it may, said as QL009 says a budget it cannot measure."""
     subject, run = UNCHECKED[unchecked.check]
@@ -321,7 +314,7 @@ UNCHECKED = {  # Unchecked.check: what could not be checked, and the run that wo
 def lowered_program_invalid(context: Context) -> list[Finding]:
     if context.failure is not None or not context.view.lowered:
         return []  # the quantized program QL003 falls back on is not meant to run on the device
-    invalid = find_invalid(context.view, [] if context.values_verified else value_batches(context.view))
+    invalid = find_invalid(context.view, [] if context.values_verified else check_inputs(context.view.quantized))
     return [invalid_finding(context.view, context.factory, invalid)] if invalid is not None else []
 
 
@@ -395,7 +388,7 @@ def run_rules(
     `values_verified`: the program's values were checked already (a fix's, verified
     bit for bit against a program that passed the value check), so QL007 checks dtypes only.
     `measure`: the cycles a profile of this program measured, given the estimate: they replace it in
-    every figure, and the report sets the two side by side (`qlint.graph.profile`).
+    every figure, and the report sets the two side by side (`qlint.device.profile`).
     """
     region_codes = {r.code for r in enabled_rules(Scope.REGION, config)}
     analysis = analyse(view, config, region_codes, evaluations)

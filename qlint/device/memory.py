@@ -10,33 +10,17 @@ whether something else (fp32 graph inputs, a LayerNorm) sets it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.fx import GraphModule, Node
 
-from qlint.graph.view import op_name
-from qlint.records.results import Contributor, LivePeak, Location, MemoryTimeline
+from qlint.loading.view import op_name
+from qlint.records.results import Buffer, Contributor, LivePeak, MemoryTimeline, PlanMemory
 from qlint.records.source import locate, module_name
 
 _ARENA = 1  # mem_id of the planned activation arena; 0 is reserved
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """One tensor of the arena: live from step `start` to step `end` (inclusive), at `offset`."""
-
-    start: int
-    end: int
-    offset: int
-    size: int
-    fp32: bool
-    input: bool
-    name: str = ""                 # the value: a graph node, or a `.pte` value index
-    what: str = ""                 # its dtype, shape and the op that writes it
-    location: Location | None = None  # the model source line of that op, when known
 
 
 def _specs(node: Node) -> Iterable[Any]:
@@ -211,6 +195,15 @@ def plan_with_buffers(graph_module: GraphModule, root: Path
     where = locate(node.meta.get("stack_trace"), root) if node is not None else None
     peak = peak_of(buffers, series, node.name if node is not None else "<inputs>", str(where) if where else None)
     return series, peak, buffers
+
+
+def arena_memory(artifact: str, buffers: list[Buffer], steps: list[str], arena_bytes: int) -> PlanMemory | None:
+    """The memory plan a `.pte` carries (its arena `buffers`, read by `loading.pte`) as a timeline
+    and its live peak, with the instruction that runs there (`steps[i]`, step 0 the inputs)."""
+    series = timeline(buffers)
+    if series is None:
+        return None
+    return PlanMemory(artifact, arena_bytes, series, peak_of(buffers, series, steps[peak_step(series)]))
 
 
 def live_peak(graph_module: GraphModule, root: Path) -> LivePeak | None:

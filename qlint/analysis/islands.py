@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from torch.fx import Node
 
-from qlint.graph.view import GraphView, Kind, base_name, is_float, numel, op_name
+from qlint.loading.view import GraphView, Kind, base_name, is_float, numel, op_name
 
 
 @dataclass

@@ -6,7 +6,7 @@ this one's memory format. So for an fp32 op qlint takes the op the quantizer saw
 (lowering decomposes: `F.relu6` reaches the quantizer as `relu6`, `nn.LSTM` as
 `lstm`), looks up the patterns that start with it
 (`CORTEX_M_QUANTIZER_SUPPORT_DICT`), runs their own checkers on the node as the
-quantizer saw it and names each condition that failed (`qlint.graph.conditions`): no
+quantizer saw it and names each condition that failed (`qlint.analysis.conditions`): no
 pattern, a pattern that refused it (the failed conditions with their values, and
 the change that meets them or that none does), or a pattern that accepts it (and
 what the lowering then required).
@@ -21,8 +21,8 @@ from typing import Any
 
 from torch.fx import Node
 
-from qlint.graph import conditions
-from qlint.graph.view import base_name, op_name, output_value
+from qlint.analysis import conditions
+from qlint.loading.view import base_name, op_name, output_value
 from qlint.records.results import shapes_elided
 
 
@@ -104,7 +104,7 @@ def _from_sdpa(node: Node) -> bool:
 def _producer(node: Node, through_qdq: bool) -> Node | None:
     """The op feeding `node`; with `through_qdq`, seen through the quantize/dequantize pair the
     quantizer put after that op's own pattern."""
-    from qlint.graph.view import DEQUANTIZE_OPS, QUANTIZE_OPS, packet
+    from qlint.loading.view import DEQUANTIZE_OPS, QUANTIZE_OPS, packet
 
     producer = node.args[0] if node.args else None
     while through_qdq and isinstance(producer, Node) and packet(op_name(producer)) in QUANTIZE_OPS | DEQUANTIZE_OPS:
@@ -225,7 +225,7 @@ def _fusable_after(node: Node, form: str) -> bool:
 
 def _why_not_lowered(node: Node, seen: Node) -> str:
     """What the quantized program says about an accepted op: annotated or not."""
-    from qlint.graph.view import DEQUANTIZE_OPS, QUANTIZE_OPS, packet
+    from qlint.loading.view import DEQUANTIZE_OPS, QUANTIZE_OPS, packet
 
     if seen is node:  # no quantized program to ask (a .pte)
         return "stayed fp32"

@@ -34,7 +34,8 @@ from typing import Any, cast
 import torch
 from torch.fx import Interpreter, Node
 
-from qlint.graph.view import (
+from qlint.io.limits import RUN_BUDGET_BYTES
+from qlint.loading.view import (
     QUANTIZE_OPS,
     GraphView,
     Kind,
@@ -47,7 +48,6 @@ from qlint.graph.view import (
     packet,
     recorded_bytes,
 )
-from qlint.io.limits import RUN_BUDGET_BYTES
 from qlint.rules.qparams import QParams
 
 # More quantization steps than fixed-point requantization explains. Measured on every program of the

@@ -1,9 +1,10 @@
 """Loading torch, torchao and executorch as qlint needs them: the ops registered, the logs quiet.
 
-Modules of `graph/`, `fix/` and `remedies/` import the stack at module level (the layering test
-allows it there and nowhere else); what reaches them first calls `load()`, which registers the ops
-every reader needs. The CLI imports them only after deciding that a program must really be read,
-so `--help`, `--version`, `rules`, `--static` and cached answers never pay the 4-8 s import.
+Modules of `loading/`, `analysis/`, `device/`, `full/`, `fix/` and `remedies/` import the stack at
+module level (the layering test allows it there and nowhere else); what reaches them first calls
+`load()`, which registers the ops every reader needs. The CLI imports them only after deciding that
+a program must really be read, so `--help`, `--version`, `rules`, `--static` and cached answers
+never pay the 4-8 s import.
 """
 
 from __future__ import annotations
@@ -54,6 +55,6 @@ def load() -> None:
     import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (quantized_decomposed ops)
 
     quiet_logs(verbose)  # some executorch modules set their logger levels on import
-    from qlint.graph import speedups
+    from qlint.loading import speedups
 
     speedups.ask_the_dispatcher_once_per_collection()

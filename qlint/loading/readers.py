@@ -16,15 +16,15 @@ import contextlib
 import io
 import operator
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from qlint.graph import stack
 from qlint.io.archive import parse_pt2, read_zip, write_zip
 from qlint.io.limits import Limits
 from qlint.io.reads import ReadError, first_line
+from qlint.loading import stack
 
-__all__ = ["ReadError", "is_quantized", "read_pt2", "sample_inputs"]
+__all__ = ["ReadError", "is_quantized", "read_pt2"]
 
 
 @contextlib.contextmanager
@@ -113,47 +113,6 @@ def _unpickler_reason(exc: Exception) -> str:
 
 
 def is_quantized(program: Any) -> bool:
-    from qlint.graph.view import DEQUANTIZE_OPS, op_name, packet
+    from qlint.loading.view import DEQUANTIZE_OPS, op_name, packet
 
     return any(packet(op_name(n)) in DEQUANTIZE_OPS for n in program.graph.nodes if n.op == "call_function")
-
-
-def sample_inputs(program: Any) -> tuple[Any, ...] | None:
-    """The example inputs saved with a program, when they are plain positional tensors."""
-    example = getattr(program, "example_inputs", None)
-    if not example:
-        return None
-    args, kwargs = example
-    return tuple(args) if not kwargs else None
-
-
-# `--fix` verifies each fold bit for bit on the artifact's own inputs and VERIFY_SEEDS seeded batches
-# (each costs one run of the program before and after the folds), drawn with twice a unit normal's
-# spread so that values past the calibrated range, which the quantize clamps, are checked too.
-VERIFY_SEEDS = 8
-VERIFY_SPREAD = 2.0
-
-
-def seeded_batches(template: tuple[Any, ...], count: int, first_seed: int,
-                   spread: float | Callable[[Any], float] = 1.0) -> list[tuple[Any, ...]]:
-    """`count` batches like `template` (`seeded_like`), batch i drawn with seed `first_seed + i` and
-    scaled by `spread` (a number, or a function of the template tensor): the one way qlint makes up
-    inputs, so a check, a fix and a remedy's SQNR each name their seeds and spread."""
-    import torch
-
-    batches = []
-    for seed in range(first_seed, first_seed + count):
-        generator = torch.Generator().manual_seed(seed)
-        batches.append(tuple(seeded_like(t, generator, spread(t) if callable(spread) else spread) for t in template))
-    return batches
-
-
-def seeded_like(template: Any, generator: Any, scale: float = 1.0) -> Any:
-    """A seeded normal tensor with the template's shape, dtype and strides (channels_last stays
-    channels_last: a lowered program's layout is fixed by its inputs'); non-float inputs are kept."""
-    import torch
-
-    if not isinstance(template, torch.Tensor) or not template.is_floating_point():
-        return template
-    values = torch.randn(tuple(template.shape), generator=generator, dtype=template.dtype) * scale
-    return torch.empty_strided(template.shape, template.stride(), dtype=template.dtype).copy_(values)

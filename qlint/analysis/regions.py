@@ -1,6 +1,6 @@
 """One record per fp32 island, constant subgraph and requantize pair: what it is, why, what blocks a fold.
 
-The rules (`graph.rules`) and the fold planner (`graph.folds`) both read these records: the
+The rules (`full.rules`) and the fold planner (`analysis.folds`) both read these records: the
 rules ask the planner whether a region has a fold (`plan_region`), and the planner never reads a
 finding. The exhaustive evaluation of a region (every
 integer of its input dtype through the graph's own ops) is the expensive part:
@@ -18,12 +18,12 @@ from typing import Any, cast
 import torch
 from torch.fx import Node
 
-from qlint.graph.causes import cause_of, causes, normalization
-from qlint.graph.evaluate import evaluate, input_domain, not_per_integer, runtime_input
-from qlint.graph.islands import Island, find_constant_subgraphs, find_islands, requantize_pairs, results
-from qlint.graph.validity import float_reads_of
-from qlint.graph.view import Constant, GraphView, Kind, base_name, op_name
+from qlint.analysis.causes import cause_of, causes, normalization
+from qlint.analysis.evaluate import evaluate, input_domain, not_per_integer, runtime_input
+from qlint.analysis.islands import Island, find_constant_subgraphs, find_islands, requantize_pairs, results
+from qlint.analysis.validity import float_reads_of
 from qlint.io.limits import MAX_WALK_NODES
+from qlint.loading.view import Constant, GraphView, Kind, base_name, op_name
 from qlint.records.source import locate
 from qlint.rules.builders import factor, unfit_constant
 from qlint.rules.ops import OFFSET_OPS, SCALE_OPS

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from qlint.graph.islands import Island
-from qlint.graph.view import (
+from qlint.analysis.islands import Island
+from qlint.loading.view import (
     GraphView,
     Kind,
     base_name,

@@ -1,4 +1,4 @@
-"""Read a shipped `.pte` with ExecuTorch's own deserializer and check what it runs.
+"""Read a shipped `.pte` with ExecuTorch's own deserializer: the program it runs, as a graph.
 
 The execution plan is rebuilt as a torch.fx graph so the same GraphView, island
 finder and rules apply: no second copy of the logic. The reader follows
@@ -26,18 +26,17 @@ ExecuTorch's schema (`executorch/exir/schema.py`) and emitter:
 
 from __future__ import annotations
 
-import functools
 import operator as pyop
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
-from qlint.graph import stack
 from qlint.io.limits import MAX_TENSOR_DIMS, Limits
 from qlint.io.reads import ReadError, first_line
-from qlint.records.results import Contributor, Figures, PlanMemory, Report
-from qlint.settings.config import Config
+from qlint.loading import stack
+from qlint.records.results import Buffer, Contributor
 
 # ExecuTorch's ScalarType codes (executorch/exir/scalar_type.py) that a quantized program holds.
 _SCALAR_TYPES = {
@@ -381,10 +380,8 @@ class _PlanReader:
         else:
             raise _Malformed(f"{operator.name} returns a {type(result).__name__}")
 
-    def memory(self, artifact: str) -> PlanMemory | None:
+    def arena_buffers(self) -> list[Buffer]:
         """The plan's arena tensors with the steps they are live at (outputs: to the end)."""
-        from qlint.graph.memory import Buffer, peak_of, peak_step, timeline
-
         last = self.step
         for index in self.plan.outputs:
             if index in self.spans:
@@ -401,17 +398,11 @@ class _PlanReader:
             what = f"{str(meta.dtype).removeprefix('torch.')} {list(meta.shape)}, {writer}"
             buffers.append(Buffer(start, end, where[1], meta.numel() * meta.element_size(),
                                   int(val.scalar_type) == _FLOAT32, index in inputs, f"value {index}", what))
-        self.planned = buffers
-        series = timeline(buffers)
-        if series is None:
-            return None
-        arena = int(sum(self.plan.non_const_buffer_sizes))
-        peak = peak_of(buffers, series, self.step_ops[peak_step(series)])
-        return PlanMemory(artifact, arena, series, peak)
+        return buffers
 
     def constants(self, shown: int = 5) -> tuple[Contributor, ...]:
         """The program's largest constants, with the kernel that reads each (a `.pte` keeps no module paths)."""
-        from qlint.graph.view import op_name
+        from qlint.loading.view import op_name
 
         found = []
         for node in self.graph.nodes:
@@ -572,13 +563,8 @@ def pte_steps(data: bytes, limits: Limits) -> list[str]:
         raise ReadError(f"not a valid .pte program: {exc}") from None
 
 
-def program_view(program: Any, limits: Limits | None = None) -> Any:
-    """A GraphView over the execution plan of a deserialized program."""
-    return _read(program, _Budget(limits or Limits()))[0]
-
-
 def _read(program: Any, budget: _Budget) -> tuple[Any, _PlanReader]:
-    from qlint.graph.view import GraphView
+    from qlint.loading.view import GraphView
 
     reader = _PlanReader(program, _plan(program), budget)
     try:
@@ -612,29 +598,30 @@ def _read(program: Any, budget: _Budget) -> tuple[Any, _PlanReader]:
     return GraphView(shim, trusted_shapes=True, graph_id=str(reader.plan.name)), reader
 
 
-def lint_pte(data: bytes, artifact: str, config: Config, measure: bool = False, profile: bytes | None = None) -> Report:
-    """Run the rules on the program a `.pte` ships (already lowered: nothing to lower); with `measure`,
-    its figures for budgets and metrics, from its own plan; with `profile` (an ETDump of this
-    `.pte`), cycles as the device measured them."""
-    from qlint.graph.memory import method_allocator_bytes, peak_contributors
-    from qlint.graph.profile import measured_cost, read_profile
-    from qlint.graph.rules import run_rules
+@dataclass(frozen=True)
+class Shipped:
+    """What a `.pte` ships, as read: its program as a graph view (nothing to lower), the instructions
+    in order (`steps`, step 0 the inputs), the arena's tensors and size, its largest constants, and
+    the execution plan (what the method allocator sizes)."""
 
-    budget = _Budget(config.limits)  # what the file declares, then what its instructions read
+    view: Any
+    steps: list[str]
+    buffers: list[Buffer]
+    arena_bytes: int
+    constants: tuple[Contributor, ...]
+    plan: Any
+
+    @property
+    def name(self) -> str:
+        return str(self.plan.name)
+
+
+def read_pte(data: bytes, limits: Limits) -> Shipped:
+    """A `.pte` read within `limits`: what it declares is counted, then what its instructions read."""
+    budget = _Budget(limits)
     view, reader = _read(_load(data, budget), budget)
-    measured = read_profile(profile, config.limits) if profile is not None else None
-    linted = run_rules(view, artifact, config, measure=None if measured is None else functools.partial(
-        measured_cost, view, reader.step_ops[1:], measured, str(reader.plan.name)))
-    memory = reader.memory(artifact)
-    report = Report(findings=linted.findings, stats=[linted.stats], memory=[memory] if memory is not None else [])
-    if measure:
-        figures = Figures.of(artifact, "the .pte as shipped", linted.findings, linted.stats, linted.findings)
-        figures.flash_bytes, figures.flash = len(data), reader.constants()
-        if memory is not None:
-            figures.with_memory(memory.arena_bytes, memory.peak.bytes, len(data), method_allocator_bytes(reader.plan),
-                                peak_contributors(reader.planned, memory.peak.step), figures.flash)
-        report.figures.append(figures)
-    return report
+    return Shipped(view, reader.step_ops, reader.arena_buffers(), int(sum(reader.plan.non_const_buffer_sizes)),
+                   reader.constants(), reader.plan)
 
 
-__all__ = ["ReadError", "lint_pte", "load_pte", "program_view"]
+__all__ = ["ReadError", "Shipped", "load_pte", "pte_steps", "read_pte"]

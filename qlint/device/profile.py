@@ -28,10 +28,10 @@ from typing import NamedTuple
 
 from torch.fx import Node
 
-from qlint.graph.cost import OpCost, ProgramCost
-from qlint.graph.view import GraphView, base_name, op_name
+from qlint.device.cost import OpCost, ProgramCost
 from qlint.io.limits import Limits
 from qlint.io.reads import ReadError
+from qlint.loading.view import GraphView, base_name, op_name
 from qlint.settings.sizes import MAX_AMOUNT
 
 # The event each instruction kind records (`Method::execute_instruction`): what the plan must hold there.

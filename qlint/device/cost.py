@@ -18,8 +18,8 @@ from typing import NamedTuple
 import torch
 from torch.fx import Node
 
-from qlint.graph.islands import constant_fp32
-from qlint.graph.view import GraphView, Kind, base_name, numel, op_name, output_value
+from qlint.analysis.islands import constant_fp32
+from qlint.loading.view import GraphView, Kind, base_name, numel, op_name, output_value
 from qlint.records.results import ProfileRow
 from qlint.settings.config import Config
 from qlint.settings.cycles import Core, CostTable, cost_table, default_fpu
@@ -57,7 +57,7 @@ class ProgramCost:
 
     core: Core
     ops: list[OpCost] = field(default_factory=list)
-    runs: int = 0   # 0: estimated; else the median of this many measured runs (`qlint.graph.profile`)
+    runs: int = 0   # 0: estimated; else the median of this many measured runs (`qlint.device.profile`)
 
     # Every figure is a sum of whole cycles an op, so an island's, its nodes' and the program's add up.
     @property
@@ -97,7 +97,7 @@ def core_for(cpu: str, fpu: bool | None = None, clock_hz: int | None = None, fla
     architecture's default unless a board says; a board cannot give one to a core whose architecture
     has none, which the config and the command line refuse: `boards.fpu_error`), its clock and flash
     read cost when a board gives them."""
-    from qlint.graph.lowering import target_config
+    from qlint.loading.lowering import target_config
 
     backend = target_config(cpu).backend.name.lower()
     return Core(cpu, backend, default_fpu(cpu) and fpu is not False, clock_hz, flash_read)

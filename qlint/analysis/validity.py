@@ -13,7 +13,7 @@ an elementwise aten op probed on one-element tensors of its input dtypes. Only
 an aten op on integer tensors that is not elementwise leaves the question open;
 then the program is run once on seeded inputs with the reference kernels and
 the first node that fails is named. A program that runs is then run against the
-quantized program it was lowered from (`qlint.graph.values`): a lowering that
+quantized program it was lowered from (`qlint.analysis.values`): a lowering that
 changes the values cannot run correctly either.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from qlint.graph.values import (
+from qlint.analysis.values import (
     Divergence,
     OverBudget,
     Runnable,
@@ -38,7 +38,9 @@ from qlint.graph.values import (
     read_as,
     same_reading,
 )
-from qlint.graph.view import (
+from qlint.io.reads import first_line
+from qlint.loading.inputs import made_up_inputs
+from qlint.loading.view import (
     GraphView,
     Kind,
     base_name,
@@ -49,7 +51,6 @@ from qlint.graph.view import (
     output_value,
     torch_dtype,
 )
-from qlint.io.reads import first_line
 from qlint.rules.qparams import QParams
 
 INTEGER = (torch.int8, torch.int16, torch.int32, torch.uint8)
@@ -322,18 +323,10 @@ def _divergence_problem(diverged: Divergence) -> Invalid:
 
 
 def _first_failing(view: GraphView) -> Invalid | Unchecked | None:
-    from qlint.graph.readers import seeded_batches
-
     module = view.module
-    templates = []
-    for node in module.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        val = output_value(node)
-        if not isinstance(val, torch.Tensor):
-            return None  # not a tensor input this check can make up
-        templates.append(torch.zeros_like(val, device="cpu"))  # keeps the recorded strides
-    [inputs] = seeded_batches(tuple(templates), 1, 0)
+    inputs = made_up_inputs(module)
+    if inputs is None:
+        return None  # an input this check cannot make up
     runner = Stepper(Runnable(module, list), inputs, held("run"), "lowered")
     try:
         with torch.no_grad():

@@ -29,9 +29,9 @@ import torch
 from torch.fx import Node
 
 from qlint._compat import StrEnum
-from qlint.graph.islands import Island
-from qlint.graph.regions import Exhaustive, Region
-from qlint.graph.view import GraphView, Kind, input_node, op_name, output_dtype, run_node
+from qlint.analysis.islands import Island
+from qlint.analysis.regions import Exhaustive, Region
+from qlint.loading.view import GraphView, Kind, input_node, op_name, output_dtype, run_node
 from qlint.rules.qparams import QParams
 from qlint.rules.table import Code
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from qlint.graph import stack
 from qlint.io.reads import first_line
+from qlint.loading import stack
 from qlint.settings.config import Target
 
 

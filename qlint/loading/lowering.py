@@ -15,8 +15,8 @@ import inspect
 import re
 from typing import Any
 
-from qlint.graph import speedups, stack
 from qlint.io.reads import first_line
+from qlint.loading import speedups, stack
 from qlint.settings.options import LoweringOrder
 
 CPU_NAMES = {
@@ -120,7 +120,7 @@ def needs_repair(program: Any) -> bool:
     The crash needs an `aten.linear` whose output reaches a batch matmul
     through shape ops and quantize/dequantize nodes only.
     """
-    from qlint.graph.view import base_name, op_name
+    from qlint.loading.view import base_name, op_name
     from qlint.rules.ops import SHAPE_OPS
 
     passthrough = SHAPE_OPS | {"quantize_per_tensor", "dequantize_per_tensor"}
