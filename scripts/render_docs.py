@@ -48,9 +48,9 @@ def render_readme(readme: str) -> str:
 
 def render_budgets(page: str) -> str:
     """`page` (docs/budgets.md) with the table between its boards markers rendered from the board table."""
-    rows = "\n".join(f"| `{name}` | {cpu} | {sram} | {flash} | {clock} | {fpu} | {source} |"
-                     for name, cpu, sram, flash, clock, fpu, source in board_rows(builtin_boards().values()))
-    header = "| board | CPU | SRAM | flash | clock | FPU | source |\n|---|---|---|---|---|---|---|"
+    rows = "\n".join(f"| `{name}` | {cpu} | {npu} | {sram} | {flash} | {clock} | {fpu} | {source} |"
+                     for name, cpu, npu, sram, flash, clock, fpu, source in board_rows(builtin_boards().values()))
+    header = "| board | CPU | NPU | SRAM | flash | clock | FPU | source |\n|---|---|---|---|---|---|---|---|"
     return BOARD_TABLE.sub(lambda m: f"{m[1]}{header}\n{rows}\n{m[2]}", page)
 
 

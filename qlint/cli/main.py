@@ -137,8 +137,17 @@ def _lowering_options(check: argparse.ArgumentParser) -> None:
 
     check.add_argument("--target-cpu", choices=CPUS, help="Cortex-M CPU to lower for (overrides the config)")
     check.add_argument("--board", metavar="NAME",
-                       help="the board to estimate for: its CPU, clock and FPU (`qlint boards` lists them; "
+                       help="the board to estimate for: its CPU, clock, FPU and NPU (`qlint boards` lists them; "
                             "overrides the config's `board:`)")
+    check.add_argument("--target", metavar="NAME",
+                       help="an Ethos-U NPU to lower for beside the Cortex-M (ethos-u55-32 ... ethos-u85-2048), or "
+                            "cortex-m for the CPU alone (overrides the config and the board)")
+    check.add_argument("--system-config", metavar="NAME",
+                       help="with an Ethos-U target: a System_Config section of Vela's vela.ini (default: "
+                            "EthosUCompileSpec's for the NPU)")
+    check.add_argument("--memory-mode", metavar="NAME",
+                       help="with an Ethos-U target: a Memory_Mode section of Vela's vela.ini (default: "
+                            "EthosUCompileSpec's for the NPU)")
     check.add_argument("--profile", metavar="ETDUMP", type=Path,
                        help="an ETDump ExecuTorch's runner recorded on the board with the one .pte checked (or the "
                             ".pte --fix wrote from the one .pt2 checked): its measured cycles replace the estimate, "

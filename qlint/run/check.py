@@ -18,20 +18,24 @@ if TYPE_CHECKING:
     from qlint.records.results import Report
     from qlint.run.cache import Cache
     from qlint.settings.config import Config, Target
+    from qlint.settings.npus import NpuChoice
     from qlint.settings.options import RunOptions
 
 
-def for_board(config: Config, board: str | None = None, cpu: str | None = None) -> Config:
-    """`config` for `board` (else its own `board:`) and `cpu`, each board a target names tried as the
-    engine will take it, so that a board and a CPU that disagree (an FPU on a core without one) are
-    refused before the run, not mid-run. Raises ValueError."""
+def for_board(config: Config, board: str | None = None, cpu: str | None = None,
+              npu: NpuChoice | None = None) -> Config:
+    """`config` for `board` (else its own `board:`), `cpu` and the command line's `npu` (`--target`,
+    `--system-config`, `--memory-mode`), each config target tried as the engine will take it
+    (`Config.for_target`), so that a board and a CPU that disagree (an FPU on a core without one), or a
+    Vela section left without an NPU, are refused before the run, not mid-run. Raises ValueError."""
     board = board if board is not None else config.board
     if board is not None:
         config = config.with_board(board, cpu)
     config = config.with_overrides(target_cpu=cpu)
+    if npu is not None:
+        config = config.with_npu(npu)
     for target in config.targets:
-        if target.board is not None:
-            config.with_board(target.board)
+        config.for_target(target)
     return config
 
 

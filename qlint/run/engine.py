@@ -407,8 +407,7 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
 
     artifact = f"target:{target.name}"
     report = Report()
-    if target.board is not None:  # checked when the config was read
-        config = config.with_board(target.board)
+    config = config.for_target(target)  # its board and NPU, checked when the config was read
     try:
         model, example, calibration = call_factory(target, config.base, config.root)
         remedies = target_remedies(target, config, options)

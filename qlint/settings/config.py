@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import astuple, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from qlint.settings.budgets import (
     parse_percentage,
 )
 from qlint.settings.cycles import CPUS, default_fpu
+from qlint.settings.npus import NoNpu, Npu, NpuChoice, check_section, check_target, npu, resolve
 from qlint.settings.sizes import parse_clock, parse_count, parse_duration_ms, parse_size
 
 CONFIG_NAME = ".qlint.yaml"
@@ -45,6 +46,9 @@ FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # A target's name names its outputs (`--fix` writes `NAME.pte` into --output-dir), so it is a name,
 # not a path: no separator, no `..`, nothing hidden or read as an option.
 TARGET_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", re.ASCII)
+# What names the NPU, at the top level, per config target and on a board (`qlint.settings.npus`).
+NPU_KEYS = ("target", "system_config", "memory_mode")
+NO_CHOICE = NpuChoice()   # a level that names none of them
 
 
 class ConstantKind(StrEnum):
@@ -92,7 +96,8 @@ class Target:
     line: int = 0
     remedies: tuple[RemedyName, ...] | None = None  # None: the config's list
     budgets: Budget | None = None  # its own limits over the config's
-    board: str | None = None       # its own board (CPU, clock, FPU) over the config's
+    board: str | None = None       # its own board (CPU, clock, FPU, NPU) over the config's
+    npu: NpuChoice = NpuChoice()   # its own target:, system_config:, memory_mode: over the board's and the config's
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,10 @@ class Config:
     remedies: tuple[RemedyName, ...] = ()   # unsafe fixes `--fix` applies to targets without --unsafe-fixes
     remedy_max_sqnr_drop_db: float = 1.0    # a remedy costing more accuracy than this is refused
     budgets: Budgets = field(default_factory=Budgets)
-    board: str | None = None                # the board a run is for: its CPU, clock and FPU (`--board`)
+    board: str | None = None                # the board a run is for: its CPU, clock, FPU and NPU (`--board`)
+    npu_choice: NpuChoice = NpuChoice()     # the top level's target:, system_config:, memory_mode:
+    npu_override: NpuChoice = NpuChoice()   # --target, --system-config, --memory-mode
+    npu: Npu | None = None                  # the Ethos-U the run lowers for (resolved); None: the Cortex-M CPU alone
 
     @property
     def base(self) -> Path:
@@ -172,7 +180,36 @@ class Config:
         problem = fpu_error(board, target_cpu)
         if problem:
             raise ValueError(problem)
-        return replace(self, board=name, target_cpu=target_cpu)
+        config = replace(self, board=name, target_cpu=target_cpu)
+        return replace(config, npu=config.resolve_npu())
+
+    def resolve_npu(self, own: NpuChoice = NO_CHOICE) -> Npu | None:
+        """The NPU of this config's run (with `own`, a config target's keys): the command line over the
+        target's own over the board's over the top level (`npus.resolve`). Raises ValueError."""
+        board = self.selected_board()
+        levels = (self.npu_choice, board.npu_choice if board else NpuChoice(), own)
+        if self.npu_override.target is None and resolve(levels) is None:
+            return None   # the CPU alone: the command line's Vela sections are for the runs with an NPU
+        return resolve((*levels, self.npu_override))
+
+    def with_npu(self, choice: NpuChoice) -> Config:
+        """This config with the command line's `--target`, `--system-config`, `--memory-mode` over every
+        level of the config (`--target cortex-m`: no NPU); a system config or memory mode alone applies
+        where the config names an NPU, and is an error when it names none. Raises ValueError, one line."""
+        if choice.empty:
+            return self
+        config = replace(self, npu_override=choice)
+        config = replace(config, npu=config.resolve_npu())
+        if choice.target is None and config.npu is None and all(config.for_target(t).npu is None
+                                                                 for t in config.targets):
+            raise NoNpu("a system config" if choice.system_config else "a memory mode")
+        return config
+
+    def for_target(self, target: Target) -> Config:
+        """This config for config target `target`: its own board (CPU, clock, FPU, NPU) and its own
+        `target:`, `system_config:`, `memory_mode:` (checked when the config was read). Raises ValueError."""
+        config = self.with_board(target.board) if target.board is not None else self
+        return replace(config, npu=config.resolve_npu(target.npu))
 
 
 def _matches(code: Code, selectors: tuple[str, ...]) -> bool:
@@ -297,6 +334,7 @@ class _Parser:
         if root is None:
             return config
         self.board_names: list[tuple[yaml.Node, str, str]] = []  # checked once `boards:` is read
+        self.target_nodes: list[yaml.Node] = []  # each config target's mapping, for its NPU's errors
         changes: dict[str, Any] = {}
         for key, knode, value in self.mapping(root, "<root>"):
             handler = getattr(self, f"key_{key}", None)
@@ -305,10 +343,40 @@ class _Parser:
             changes[key if key != "rules" else "severities"] = handler(value, key)
         boards = changes.pop("boards", {})
         changes["budgets"] = replace(changes.get("budgets", Budgets()), boards=boards)
+        changes["npu_choice"] = NpuChoice(*(changes.pop(k, None) for k in NPU_KEYS))
         self.board_cpu(root, changes)
         for node, key, name in self.board_names:
             self.check_board(node, key, name, changes)
-        return replace(config, **changes)
+        config = replace(config, **changes)
+        self.board_npu(root, config)
+        try:
+            config = replace(config, npu=config.resolve_npu())
+        except ValueError as exc:
+            raise self.npu_error(root, exc) from None
+        for target, item in zip(config.targets, self.target_nodes, strict=True):
+            try:
+                config.for_target(target)
+            except ValueError as exc:
+                raise self.npu_error(item, exc, "targets.") from None
+        return config
+
+    def npu_error(self, node: yaml.Node, exc: ValueError, prefix: str = "") -> ConfigError:
+        """The config error of a level (`node`: the root or a config target) whose NPU does not resolve:
+        on the key that names a system config or memory mode with no NPU to apply to."""
+        key = "system_config" if isinstance(exc, NoNpu) and "system" in exc.named else "memory_mode"
+        named = {k.value: v for k, v in node.value} if isinstance(node, yaml.MappingNode) else {}
+        return self.error(named.get(key, node), prefix + key, printable(str(exc)))
+
+    def board_npu(self, root: yaml.Node, config: Config) -> None:
+        """A run for a board lowers for the NPU the board names; `target:`, `system_config:` and
+        `memory_mode:` beside it must agree with what it names, as `target_cpu:` must with its CPU."""
+        board = config.selected_board()
+        if board is None or board.npu is None:
+            return
+        for key, own, boards in zip(NPU_KEYS, astuple(config.npu_choice), astuple(board.npu_choice), strict=True):
+            if own is not None and boards is not None and own != boards:
+                node = next(v for k, v in root.value if k.value == key)
+                raise self.error(node, key, f"{own!r}, but `board: {config.board}` names {boards}: drop one of them")
 
     def check_board(self, node: yaml.Node, key: str, name: str, changes: dict[str, Any]) -> None:
         """A board `board:` names is in the table or `boards:`; one a run is estimated for (the
@@ -339,6 +407,27 @@ class _Parser:
         name = self.scalar(node, key, str)
         self.board_names.append((node, key, name))
         return name
+
+    def key_target(self, node: yaml.Node, key: str) -> str:
+        """An Ethos-U configuration (`ethos-u55-128`) or `cortex-m` (no NPU)."""
+        try:
+            return check_target(self.scalar(node, key, str))
+        except ValueError as exc:
+            raise self.error(node, key, str(exc)) from None
+
+    def key_system_config(self, node: yaml.Node, key: str) -> str:
+        """A System_Config section of Vela's vela.ini (checked when Vela is installed)."""
+        try:
+            return check_section("System_Config", self.scalar(node, key, str))
+        except ValueError as exc:
+            raise self.error(node, key, str(exc)) from None
+
+    def key_memory_mode(self, node: yaml.Node, key: str) -> str:
+        """A Memory_Mode section of Vela's vela.ini (checked when Vela is installed)."""
+        try:
+            return check_section("Memory_Mode", self.scalar(node, key, str))
+        except ValueError as exc:
+            raise self.error(node, key, str(exc)) from None
 
     def key_target_cpu(self, node: yaml.Node, key: str) -> str:
         value = self.scalar(node, key, str)
@@ -493,7 +582,8 @@ class _Parser:
 
     def key_boards(self, node: yaml.Node, key: str) -> dict[str, Board]:
         """The user's own boards: `{my-board: {cpu: cortex-m33, clock: 128MHz, fpu: true, sram: 512KiB,
-        flash: 1MiB, flash_read: 0.5}}` (sram and flash required); one that redefines a board of the
+        flash: 1MiB, flash_read: 0.5, npu: ethos-u55-128, system_config: ..., memory_mode: ...}}` (sram
+        and flash required); one that redefines a board of the
         table says so (`override: true`), so a typo cannot shadow the table's figures."""
         from qlint.settings.boards import builtin_boards
 
@@ -505,8 +595,13 @@ class _Parser:
             sizes: dict[str, int] = {}
             override, cpu, clock, fpu, flash_read = False, "", None, None, None
             fpu_node: yaml.Node | None = None
+            npu_keys: dict[str, str] = {}
             for field_, fnode, size in self.mapping(value, where):
-                if field_ == "override":
+                if field_ == "npu":
+                    npu_keys["npu"] = self.key_npu(size, f"{where}.npu")
+                elif field_ in ("system_config", "memory_mode"):
+                    npu_keys[field_] = getattr(self, f"key_{field_}")(size, f"{where}.{field_}")
+                elif field_ == "override":
                     override = self.scalar(size, f"{where}.override", bool)
                 elif field_ in SIZE_KEYS:
                     sizes[field_] = int(self.size_or_count(size, f"{where}.{field_}", field_))
@@ -522,28 +617,44 @@ class _Parser:
                 elif field_ == "flash_read":
                     flash_read = self.cycles_a_byte(size, f"{where}.flash_read")
                 else:
-                    known = "unknown key (known: cpu, clock, fpu, sram, flash, flash_read, override)"
+                    known = ("unknown key (known: cpu, clock, fpu, sram, flash, flash_read, npu, system_config, "
+                             "memory_mode, override)")
                     raise self.error(fnode, f"{where}.{printable(field_)}", known)
             if fpu and cpu and not default_fpu(cpu):
                 raise self.error(fpu_node, f"{where}.fpu", f"true, but a {cpu} has no FPU: drop it, or correct `cpu`")
             missing = [k for k in SIZE_KEYS if k not in sizes]
             if missing:
                 raise self.error(value, where, f"a board needs {' and '.join(missing)}")
+            if "npu" not in npu_keys and len(npu_keys):
+                section = next(iter(npu_keys))
+                raise self.error(value, f"{where}.{section}", "names a Vela section, and the board names no `npu:`")
             if override != (name in builtin_boards()):
                 raise self.error(knode, where, "redefines the built-in board of that name: add `override: true`"
                                  if not override else "`override: true`, but no built-in board has that name")
             boards[name] = Board(name, cpu, sizes["sram"], sizes["flash"], self.origin(value, where),
-                                 clock_hz=clock, fpu=fpu, flash_read=flash_read)
+                                 clock_hz=clock, fpu=fpu, flash_read=flash_read, **npu_keys)
         return boards
+
+    def key_npu(self, node: yaml.Node, key: str) -> str:
+        """A board's Ethos-U configuration (`ethos-u55-128`)."""
+        try:
+            return npu(self.scalar(node, key, str)).accelerator
+        except ValueError as exc:
+            raise self.error(node, key, str(exc)) from None
 
     def key_targets(self, node: yaml.Node, key: str) -> tuple[Target, ...]:
         if not isinstance(node, yaml.SequenceNode):
-            raise self.error(node, key, "expected a list of {name, factory[, remedies][, budgets][, board]} mappings")
+            raise self.error(node, key, "expected a list of {name, factory[, remedies][, budgets][, board][, target]"
+                                        "[, system_config][, memory_mode]} mappings")
         targets: list[Target] = []
         for item in node.value:
             fields: dict[str, str] = {}
             remedies, budgets, board = None, None, None
+            npu_keys: dict[str, str] = {}
             for name, knode, value in self.mapping(item, key):
+                if name in NPU_KEYS:
+                    npu_keys[name] = getattr(self, f"key_{name}")(value, f"{key}.{name}")
+                    continue
                 if name == "remedies":
                     remedies = self.key_remedies(value, f"{key}.remedies")
                     continue
@@ -570,7 +681,8 @@ class _Parser:
             if budgets is not None:  # named for the target, which its name may follow
                 budgets = replace(budgets, origin=budgets.origin.replace(f"{key}.budgets", f"target {name}'s budgets"))
             targets.append(Target(name=name, factory=fields["factory"], line=item.start_mark.line + 1,
-                                  remedies=remedies, budgets=budgets, board=board))
+                                  remedies=remedies, budgets=budgets, board=board, npu=NpuChoice(**npu_keys)))
+            self.target_nodes.append(item)
         return tuple(targets)
 
 
@@ -581,6 +693,13 @@ target_cpu: cortex-m55
 # The board the run is for (`qlint boards`): its CPU instead of target_cpu, its clock and FPU for
 # the estimated cycles and milliseconds (docs/cost-model.md). `--board NAME` overrides it.
 # board: nucleo-l4r5zi
+# An Arm Ethos-U NPU beside the core, lowered for by ExecuTorch's Arm backend: ethos-u55-32 ...
+# ethos-u85-2048, or cortex-m for the CPU alone (the default; a board with an NPU gives its own).
+# system_config and memory_mode name sections of Vela's vela.ini (default: EthosUCompileSpec's for
+# the NPU). `--target`, `--system-config`, `--memory-mode` override them.
+# target: ethos-u55-128
+# system_config: Ethos_U55_High_End_Embedded
+# memory_mode: Shared_Sram
 
 # Files checked when a directory is given (globs relative to this file's folder).
 include: ["**/*.pt2", "**/*.pte"]
@@ -626,6 +745,7 @@ targets: []
 #    factory: models.attention:make_model
 #    remedies: [unfused-attention]   # this target's list instead of the one below
 #    board: nrf5340-dk               # this target's board instead of the config's
+#    target: ethos-u85-256           # this target's NPU (and system_config, memory_mode) over the board's
 
 # Remedies: export/quantization changes `qlint check --fix` makes to targets
 # (unsafe fixes: they change numerics). Each is tried alone and kept only if it
@@ -649,4 +769,5 @@ remedy_max_sqnr_drop_db: 1.0
 #     "models/kws*.pt2": {board: nrf52840-dk}
 # boards:
 #   my-board: {cpu: cortex-m33, clock: 128MHz, fpu: true, sram: 512KiB, flash: 1MiB}
+#   my-npu-board: {cpu: cortex-m55, npu: ethos-u55-256, sram: 2MiB, flash: 4MiB}
 """

@@ -15,6 +15,7 @@ from qlint.records.results import Contributor, Figures, Location, Report
 from qlint.report.metrics import MetricsError, delta_markdown, deltas, metrics_json, read_metrics
 from qlint.settings.boards import builtin_boards
 from qlint.settings.config import ConfigError, load_config
+from qlint.settings.npus import npu
 from qlint.settings.sizes import parse_clock, parse_duration_ms, parse_size, show_size
 
 
@@ -177,8 +178,14 @@ def test_every_board_row_has_its_figures_and_a_source() -> None:
     for board in builtin_boards().values():
         assert board.sram > 0 and board.flash > 0 and board.cpu.startswith("cortex-m")
         assert re.match(r"https://\S+ \(.+\)$", board.source), board.name
-        # a clock and an FPU for the estimate, the FPU as the core's architecture allows
-        assert board.clock_hz and 1_000_000 <= board.clock_hz <= 1_000_000_000 and board.fpu is not None, board.name
+        # a clock and an FPU for the estimate, the FPU as the core's architecture allows; a Fixed Virtual
+        # Platform models no clock (it is not cycle-accurate), and its row says so
+        assert board.fpu is not None, board.name
+        assert (board.clock_hz and 1_000_000 <= board.clock_hz <= 1_000_000_000) or (
+            board.clock_hz is None and "Fixed Virtual Platform" in board.note and "no clock" in board.note), board.name
+        # an NPU is one ExecuTorch's Arm backend lowers for, with its source
+        assert board.npu is None or (npu(board.npu, board.system_config, board.memory_mode).accelerator == board.npu
+                                     and board.npu_source), board.name
         assert not board.fpu or board.cpu not in ("cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m23"), board.name
         # a flash read cost says how it is derived
         assert board.flash_read is None or (0 < board.flash_read < 10 and "derived: " in board.flash_read_source)
@@ -219,8 +226,8 @@ def test_boards_keeps_its_rows_short_and_gives_the_sources_on_request(capsys: py
 
     assert main(["boards"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["board", "cpu", "sram", "flash", "clock", "fpu", "flash", "read"]
-    assert len(table) == len(builtin_boards()) + 2 and max(map(len, table)) <= 120
+    assert table[0].split() == ["board", "cpu", "npu", "sram", "flash", "clock", "fpu", "flash", "read"]
+    assert len(table) == len(builtin_boards()) + 2 and max(map(len, table)) <= 132
     assert not any("https://" in line for line in table)
     assert table[2].split() == ["stm32f746g-disco", "cortex-m7", "320", "KiB", "(327,680", "B)", "1", "MiB",
                                 "(1,048,576", "B)", "216", "MHz", "yes"]

@@ -152,20 +152,54 @@ def _config(args: argparse.Namespace) -> Config | None:
     except ConfigError as exc:
         say(f"qlint: config error: {printable(str(exc))}")
         return None
+    problem = _npu_names(args)
+    if problem:
+        say(f"qlint: {problem}")
+        return None
     try:
         config = _with_board(config, args)
-    except ValueError as exc:  # --board names no board, or a board and a CPU that disagree
-        say(f"qlint: {'--board' if args.board is not None else '--target-cpu'}: {exc}")
+    except ValueError as exc:  # --board names no board, a board and a CPU that disagree, a section without an NPU
+        say(f"qlint: {_option(args, exc)}: {exc}")
         return None
     return config.with_selection(None if args.select is None else tuple(args.select), tuple(args.extend_select or ()),
                                  tuple(args.ignore or ()))
 
 
-def _with_board(config: Config, args: argparse.Namespace) -> Config:
-    """`config` for `--board` and `--target-cpu` (`run.check.for_board`). Raises ValueError."""
-    from qlint.run.check import for_board
+def _npu_names(args: argparse.Namespace) -> str | None:
+    """`--target`, `--system-config` or `--memory-mode` naming what ExecuTorch and Vela do not have, as
+    `OPTION: message`, or None."""
+    from qlint.settings.npus import check_section, check_target
 
-    return for_board(config, args.board, args.target_cpu)
+    checks = (("--target", args.target, check_target),
+              ("--system-config", args.system_config, lambda name: check_section("System_Config", name)),
+              ("--memory-mode", args.memory_mode, lambda name: check_section("Memory_Mode", name)))
+    for option, name, check in checks:
+        try:
+            if name is not None:
+                check(name)
+        except ValueError as exc:
+            return f"{option}: {exc}"
+    return None
+
+
+def _option(args: argparse.Namespace, exc: ValueError) -> str:
+    """The option an error of `_with_board` is about: the Vela section left without an NPU when the
+    command line names it, else `--board` or `--target-cpu`."""
+    from qlint.settings.npus import NoNpu
+
+    if isinstance(exc, NoNpu):
+        named = args.system_config if "system" in exc.named else args.memory_mode
+        if named is not None:
+            return "--system-config" if "system" in exc.named else "--memory-mode"
+    return "--board" if args.board is not None else "--target" if args.target is not None else "--target-cpu"
+
+
+def _with_board(config: Config, args: argparse.Namespace) -> Config:
+    """`config` for `--board`, `--target-cpu` and the NPU options (`run.check.for_board`). Raises ValueError."""
+    from qlint.run.check import for_board
+    from qlint.settings.npus import NpuChoice
+
+    return for_board(config, args.board, args.target_cpu, NpuChoice(args.target, args.system_config, args.memory_mode))
 
 
 def _run_options(args: argparse.Namespace, config: Config) -> RunOptions | None:
@@ -218,6 +252,8 @@ def _run(args: argparse.Namespace, config: Config, options: RunOptions,
             say(f"qlint: warning: the result cache {printable(str(cache.directory))} is not used: {cache.untrusted}")
     if args.static:
         _say_static_scope()
+        if config.npu is not None:
+            _say_static_npu(config)
     paths, targets = inputs(args.paths, config, targets_only=args.targets_only, static=args.static)
     try:
         return check(paths, targets, config, options, cache, baseline=None if args.write_baseline else args.baseline,
@@ -242,6 +278,14 @@ def _say_static_scope() -> None:
     say(f"qlint: static tier: {' and '.join(static_codes())} from the graph of each .pt2, without lowering (an island "
         f"whose constant it cannot compute: undecided); {full_only} (budgets), config targets, .pte files and fixes "
         "need `qlint check`")
+
+
+def _say_static_npu(config: Config) -> None:
+    """That the static tier checks the Cortex-M CPU flow only, when the run names an Ethos-U NPU: its
+    findings are of the program as the CPU alone would run it, not of what the NPU leaves to the CPU."""
+    assert config.npu is not None
+    say(f"qlint: notice: --static checks the Cortex-M CPU flow only, not the {config.npu.accelerator} target the "
+        "config or command line names: `qlint check` without --static lowers for it")
 
 
 def _progress_bar(args: argparse.Namespace) -> Callable[[int, int, str], None] | None:
