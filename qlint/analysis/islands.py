@@ -152,12 +152,13 @@ def requantize_pairs(view: GraphView) -> list[tuple[Node, Node]]:
 
 @dataclass
 class Coverage:
-    int_ops: int
+    int_ops: int                   # on integers where it counts: the CPU's int kernels, or the NPU's ops
     fp32_op_counts: Counter[str]   # base op name -> how many run in fp32
+    cpu_int_ops: int = 0           # with an NPU: the integer ops the CPU runs instead
 
     @property
     def total(self) -> int:
-        return self.int_ops + sum(self.fp32_op_counts.values())
+        return self.int_ops + self.cpu_int_ops + sum(self.fp32_op_counts.values())
 
     @property
     def ratio(self) -> float:
@@ -169,7 +170,9 @@ def fp32_compute(view: GraphView) -> list[Node]:
     return [n for n in view.nodes if view.kind(n) == Kind.FP_COMPUTE or constant_fp32(view, n)]
 
 
-def coverage(view: GraphView) -> Coverage:
-    """Share of compute ops (no shape, q/dq or planning ops) running as int kernels."""
+def coverage(view: GraphView, npu_ops: int | None = None) -> Coverage:
+    """Share of compute ops (no shape, q/dq or planning ops) running as int kernels; with `npu_ops` (the
+    ops the program's delegate calls run), the share the NPU runs."""
     int_ops = sum(1 for n in view.nodes if view.kind(n) == Kind.INT_KERNEL)
-    return Coverage(int_ops, Counter(base_name(op_name(n)) for n in fp32_compute(view)))
+    fp32 = Counter(base_name(op_name(n)) for n in fp32_compute(view))
+    return Coverage(int_ops, fp32) if npu_ops is None else Coverage(npu_ops, fp32, int_ops)

@@ -21,7 +21,8 @@ Measure: TypeAlias = "Callable[[GraphView, ProgramCost], ProgramCost]"
 
 def lint_program(program: Any, artifact: str, config: Config, options: RunOptions | None = None, *,
                  values_verified: bool = False, measure: Measure | None = None) -> Linted:
-    """Lower one quantized ExportedProgram and run the enabled rules on the result.
+    """Lower one quantized ExportedProgram (for the Cortex-M CPU, or with `config.npu` for its Ethos-U
+    as Arm's flow does) and run the enabled rules on the result.
 
     When lowering raises, the failure becomes a QL003 finding and the rules run
     on the quantized program instead, so the islands are still reported.
@@ -33,14 +34,21 @@ def lint_program(program: Any, artifact: str, config: Config, options: RunOption
     from qlint.loading.view import GraphView
 
     options = options or RunOptions()
+    delegation = None
     try:
-        edge = to_edge(program)
-        lowered = run_passes(edge.exported_program(), config.target_cpu, options.order)
+        if config.npu is not None:
+            from qlint.loading import ethos_u
+
+            npu_lowering = ethos_u.lower(program, config.npu)
+            lowered, delegation = npu_lowering.program, npu_lowering.delegation
+        else:
+            edge = to_edge(program)
+            lowered = run_passes(edge.exported_program(), config.target_cpu, options.order)
     except LoweringError as exc:
         return run_rules(GraphView(program), artifact, config, failure=exc, verbose=options.verbose)
     view = GraphView(lowered, quantized=program)
     linted = run_rules(view, artifact, config, verbose=options.verbose, values_verified=values_verified,
-                       measure=None if measure is None else functools.partial(measure, view))
+                       measure=None if measure is None else functools.partial(measure, view), delegation=delegation)
     linted.lowered = lowered
     return linted
 

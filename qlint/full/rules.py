@@ -1,4 +1,4 @@
-"""The full check's rules, QL001-QL005, QL007 and QL008: one program's regions, fold plans,
+"""The full check's rules, QL001-QL005, QL007, QL008 and QL010: one program's regions, fold plans,
 coverage and validity into findings.
 
 `FULL_RULES` is this tier's registry, keyed by the rule table's `Code`; `run_rules` asks the table
@@ -12,7 +12,7 @@ import math
 import traceback
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -34,12 +34,14 @@ from qlint.analysis.regions import ISLAND_CODES, Analysis, Evaluations, Region, 
 from qlint.analysis.validity import Invalid, find_invalid, restorable
 from qlint.analysis.values import Unchecked
 from qlint.device.cost import ProgramCost, compare, core_of, estimate
+from qlint.full.npu import fallback_findings
 from qlint.io.limits import MIB
 from qlint.io.reads import first_line
+from qlint.loading.ethos_u import Delegation
 from qlint.loading.inputs import check_inputs
 from qlint.loading.lowering import LoweringError
 from qlint.loading.view import GraphView, base_name, is_float, numel, op_name
-from qlint.records.results import ArtifactStats, Contributor, Finding, Location, shapes_elided
+from qlint.records.results import ArtifactStats, Contributor, Finding, Location, Severity, shapes_elided
 from qlint.records.source import locate, module_path
 from qlint.rules import builders
 from qlint.rules.builders import Term
@@ -94,11 +96,12 @@ class Context:
     values_verified: bool = False   # QL007 need not run the program against the quantized one
     cost: ProgramCost | None = None  # the estimate of the lowered program on the run's core
     plans: dict[Region, Fold | Left] = field(default_factory=dict)
+    delegation: Delegation | None = None  # lowered for an Ethos-U: what its partitioner and Vela said
 
     @cached_property
     def coverage(self) -> Coverage:
-        """For QL005 and the summary row alike."""
-        return coverage(self.view)
+        """For QL005 and the summary row alike: with an NPU, the share of the compute it runs."""
+        return coverage(self.view, None if self.delegation is None else self.delegation.npu_ops)
 
     def plan(self, region: Region) -> Fold | Left:
         if region not in self.plans:
@@ -314,8 +317,29 @@ UNCHECKED = {  # Unchecked.check: what could not be checked, and the run that wo
 def lowered_program_invalid(context: Context) -> list[Finding]:
     if context.failure is not None or not context.view.lowered:
         return []  # the quantized program QL003 falls back on is not meant to run on the device
+    if context.delegation is not None:
+        return [npu_unchecked(context, context.delegation)]
     invalid = find_invalid(context.view, [] if context.values_verified else check_inputs(context.view.quantized))
     return [invalid_finding(context.view, context.factory, invalid)] if invalid is not None else []
+
+
+def npu_fallback(context: Context) -> list[Finding]:
+    """QL010 on a program lowered for an Ethos-U (`qlint.full.npu`)."""
+    if context.delegation is None or context.failure is not None:
+        return []
+    return fallback_findings(context.view, context.delegation, context.factory.finding)
+
+
+def npu_unchecked(context: Context, delegation: Delegation) -> Finding:
+    """QL007 on a program with NPU partitions: their command streams run on the Ethos-U only, so the
+    check cannot run the lowered program beside the quantized one. Said at info severity: it is a
+    limit of the check, on every such program, not a fault of this one."""
+    count = len(delegation.blobs)
+    finding = context.factory.finding(
+        Code.LOWERED_PROGRAM_INVALID,
+        f"lowered program's values cannot be checked: its {count} NPU partition{'s' if count != 1 else ''} "
+        f"run on the {delegation.npu} only, not on this machine", unchecked="npu", partitions=count)
+    return replace(finding, severity=Severity.INFO)
 
 
 def invalid_finding(view: GraphView, factory: FindingFactory, invalid: Invalid | Unchecked) -> Finding:
@@ -380,6 +404,7 @@ def run_rules(
     evaluations: Evaluations | None = None,
     values_verified: bool = False,
     measure: Callable[[ProgramCost], ProgramCost] | None = None,
+    delegation: Delegation | None = None,
 ) -> Linted:
     """Run the enabled rules on one program (the quantized one when lowering failed).
 
@@ -389,12 +414,18 @@ def run_rules(
     bit for bit against a program that passed the value check), so QL007 checks dtypes only.
     `measure`: the cycles a profile of this program measured, given the estimate: they replace it in
     every figure, and the report sets the two side by side (`qlint.device.profile`).
+    `delegation`: the program was lowered for an Ethos-U. QL010 says what its NPU does not run and why,
+    in QL002's place (an fp32 island there is an NPU fallback); QL005 counts the NPU's share; the
+    delegate calls are not priced (the Cortex-M estimate prices the CPU's ops only).
     """
     region_codes = {r.code for r in enabled_rules(Scope.REGION, config)}
+    if delegation is not None:
+        region_codes.discard(Code.FP32_ISLAND)
     analysis = analyse(view, config, region_codes, evaluations)
-    estimated = estimate(view, core_of(config)) if view.lowered and failure is None else None
+    estimated = estimate(view, core_of(config)) if view.lowered and failure is None and delegation is None else None
     cost = measure(estimated) if measure is not None and estimated is not None else estimated
-    context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose, values_verified, cost)
+    context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose, values_verified, cost,
+                      delegation=delegation)
     findings: list[Finding] = []
     if failure is not None:
         for lowering_rule in enabled_rules(Scope.LOWERING, config):
@@ -421,6 +452,9 @@ def run_rules(
         node_cycles=graph_nodes(view, cost.by_node(view)) if cost else {},
         measured_runs=cost.runs if cost else 0,
         profile=compare(estimated, cost) if cost and estimated and cost.runs else (),
+        target=delegation.npu if delegation else "",
+        partitions=len(delegation.blobs) if delegation else None,
+        delegates=tuple(delegation.blobs.values()) if delegation else (),
     )
     return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure)
 
@@ -435,5 +469,6 @@ REGION_RULES: dict[Code, RegionRule] = {
 }
 PROGRAM_RULES: dict[Code, ProgramRule] = {
     Code.INT8_COVERAGE: low_coverage, Code.LOWERED_PROGRAM_INVALID: lowered_program_invalid,
+    Code.NPU_FALLBACK: npu_fallback,
 }
 FULL_RULES: dict[Code, ProgramRule | RegionRule] = {**LOWERING_RULES, **REGION_RULES, **PROGRAM_RULES}

@@ -14,6 +14,7 @@ from typing import Any
 from qlint.io.reads import first_line
 from qlint.loading import stack
 from qlint.settings.config import Target
+from qlint.settings.npus import Npu
 
 
 class BuildError(Exception):
@@ -26,11 +27,17 @@ def quantize(
     example_inputs: tuple[Any, ...],
     calibration: Sequence[tuple[Any, ...]] | None = None,
     per_tensor_config: Any = None,
+    npu: Npu | None = None,
 ) -> Any:
-    """A quantized ExportedProgram: export, prepare_pt2e, calibrate, convert_pt2e, export again."""
+    """A quantized ExportedProgram: export, prepare_pt2e, calibrate, convert_pt2e, export again; with
+    `npu`, quantized for its Ethos-U as Arm's flow does (`ethos_u.quantizer`)."""
     from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
 
     graph = export_float(model, example_inputs)
+    if npu is not None:
+        from qlint.loading import ethos_u
+
+        return quantize_graph(graph, example_inputs, calibration, ethos_u.quantizer(npu))
     return quantize_graph(graph, example_inputs, calibration, CortexMQuantizer(per_tensor_config))
 
 

@@ -39,6 +39,9 @@ DEQUANTIZE_OPS = {
     "cortex_m.dequantize_per_tensor",
 }
 IGNORED_FUNCTIONS = {"alloc", "_assert_tensor_metadata", "_assert_scalar"}
+# What a lowered graph calls a delegate with (`torch.ops.higher_order.executorch_call_delegate`); a `.pte`'s
+# rebuilt graph names its delegate calls the same.
+DELEGATE_CALL = "executorch_call_delegate"
 
 
 class Kind(enum.Enum):
@@ -49,6 +52,7 @@ class Kind(enum.Enum):
     INT_KERNEL = "int"       # compute that runs on integers
     FP_COMPUTE = "fp32"      # compute that runs in float
     SHAPE = "shape"          # data movement
+    DELEGATE = "delegate"    # a call into a delegate: an NPU partition, its compute the accelerator's
     OUTPUT = "output"
     OTHER = "other"          # memory planning and asserts
 
@@ -364,6 +368,8 @@ class GraphView:
             return Kind.OTHER
         if base in SHAPE_OPS or packet(name) == "cortex_m.transpose":
             return Kind.SHAPE
+        if base == DELEGATE_CALL:
+            return Kind.DELEGATE
         if not is_float(node):
             return Kind.INT_KERNEL
         if not self.lowered and self._predicted_int(node, base):

@@ -10,6 +10,7 @@ from typing import Any
 
 from qlint._compat import StrEnum
 from qlint.io.reads import printable
+from qlint.io.vela import NpuBlob
 from qlint.rules.qparams import QParams
 from qlint.rules.table import Code
 
@@ -98,6 +99,9 @@ class ArtifactStats:
     node_cycles: dict[str, int] = field(default_factory=dict)  # by the checked program's node ids (Model Explorer)
     measured_runs: int = 0            # 0: the cycles are estimated; else the median of this many runs of a profile
     profile: tuple[ProfileRow, ...] = ()  # with a profile: the estimate beside the measurement, per operator
+    target: str = ""                  # the NPU the program was lowered for; "": the Cortex-M CPU alone
+    partitions: int | None = None     # delegate calls (NPU partitions); None: not lowered for an NPU
+    delegates: tuple[NpuBlob, ...] = ()  # each delegate call's command stream, flash and SRAM, in execution order
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -28,6 +28,7 @@ class Code(StrEnum):
     LOWERED_PROGRAM_INVALID = "QL007"
     CONSTANT_SUBGRAPH = "QL008"
     OVER_BUDGET = "QL009"
+    NPU_FALLBACK = "QL010"
 
 
 class Scope(StrEnum):
@@ -82,6 +83,7 @@ TABLE: tuple[Row, ...] = (
     Row(Code.LOWERED_PROGRAM_INVALID, Scope.PROGRAM, False, _S, Availability.SOMETIMES),
     Row(Code.CONSTANT_SUBGRAPH, Scope.REGION, False, _S, Availability.SOMETIMES),
     Row(Code.OVER_BUDGET, Scope.FIGURES, False, _N, Availability.NONE),
+    Row(Code.NPU_FALLBACK, Scope.PROGRAM, False, _N, Availability.NONE),
 )
 
 

@@ -36,6 +36,7 @@ from typing import Any
 from qlint import __version__
 from qlint.io.limits import CONFIG_MAX_BYTES, RECORD_MAX_BYTES
 from qlint.io.reads import ReadError, read_input
+from qlint.io.vela import NpuBlob
 from qlint.io.writes import write_atomic
 from qlint.records.results import (
     ArtifactStats,
@@ -54,11 +55,11 @@ from qlint.rules.table import Code
 from qlint.settings.config import Config, Target
 from qlint.settings.options import RunOptions
 
-SCHEMA = 5
+SCHEMA = 6
 KEY_FILE = "signing-key"
 KEY_BYTES = 32
 MAGIC = b"qlint-cache "  # then the entry's signature in hex, a newline and its JSON
-STACK = ("torch", "torchao", "executorch", "tosa-tools")
+STACK = ("torch", "torchao", "executorch", "tosa-tools", "ethos-u-vela")
 
 
 def default_dir() -> Path:
@@ -258,8 +259,9 @@ def _report(data: Any, artifact: str) -> Report | None:
     costliest = _contributors(row.get("costliest")) if isinstance(row, dict) else None
     # A profiled run is never cached (`RunOptions.profile`): an entry's cycles are estimated.
     estimated = isinstance(row, dict) and row.get("profile") == [] and row.get("measured_runs") == 0
-    stats = _record(ArtifactStats, row, costliest=costliest, profile=()) if costliest is not None and estimated \
-        else None
+    delegates = _delegates(row.get("delegates")) if isinstance(row, dict) else None
+    stats = _record(ArtifactStats, row, costliest=costliest, profile=(), delegates=delegates) \
+        if costliest is not None and delegates is not None and estimated else None
     findings = [_finding(item) for item in data["findings"]]
     memory = [_plan_memory(item) for item in data["memory"]]
     if stats is None or stats.artifact != artifact or any(f is None or f.artifact != artifact for f in findings):
@@ -302,6 +304,27 @@ def _finding(data: Any) -> Finding | None:
     if data.get("code") not in tuple(Code):
         return None
     return _record(Finding, data, location=location, severity=Severity(severity), code=Code(data["code"]))
+
+
+def _delegates(data: Any) -> tuple[NpuBlob, ...] | None:
+    """Each delegate call's blob figures; its I/O shapes lists of integers, as Vela packed them."""
+    if not isinstance(data, list):
+        return None
+    found = []
+    for item in data:
+        shapes = [item.get(side) for side in ("inputs", "outputs")] if isinstance(item, dict) else []
+        if len(shapes) != 2 or not all(isinstance(s, list) and all(_integers(shape) for shape in s) for s in shapes):
+            return None
+        inputs, outputs = (tuple(tuple(shape) for shape in side) for side in shapes if side is not None)
+        blob = _record(NpuBlob, item, inputs=inputs, outputs=outputs)
+        if blob is None:
+            return None
+        found.append(blob)
+    return tuple(found)
+
+
+def _integers(data: Any) -> bool:
+    return isinstance(data, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in data)
 
 
 def _contributors(data: Any) -> tuple[Contributor, ...] | None:

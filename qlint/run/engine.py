@@ -432,7 +432,7 @@ def lint_target(target: Target, config: Config, options: RunOptions) -> Report:
             program, built = remediated.program, remediated.build
             example, calibration = built.example, list(built.calibration) or None
         else:
-            program = quantize(model, example, calibration)
+            program = quantize(model, example, calibration, npu=config.npu)
     except BuildError as exc:
         report.errors.append(InputError(artifact, str(exc)))
         return report

@@ -721,6 +721,7 @@ rules:
   QL007: error
   QL008: warning
   QL009: error
+  QL010: warning
 
 # QL005 fires when the share of compute ops running as int kernels is below this
 # (`coverage_by: time`: the int8 share of the estimated cycles instead).

@@ -276,7 +276,7 @@ def _say_static_scope() -> None:
 
     full_only = ", ".join(full_check_codes())
     say(f"qlint: static tier: {' and '.join(static_codes())} from the graph of each .pt2, without lowering (an island "
-        f"whose constant it cannot compute: undecided); {full_only} (budgets), config targets, .pte files and fixes "
+        f"whose constant it cannot compute: undecided); {full_only}, budgets, config targets, .pte files and fixes "
         "need `qlint check`")
 
 

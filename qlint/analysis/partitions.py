@@ -1,0 +1,70 @@
+"""NPU partitions of a lowered program: the delegate calls in execution order and the CPU work
+between and around them.
+
+An op the NPU does not run splits the partition it sits in: the NPU stops, the CPU computes (in
+float, after a dequantize, when the op was left float) and the NPU starts again. Which ops split
+is a question of the graph alone: an op with a delegate call upstream and one downstream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch.fx import Node
+
+from qlint.analysis.islands import constant_fp32
+from qlint.loading.view import GraphView, Kind
+
+_CPU_COMPUTE = (Kind.INT_KERNEL, Kind.FP_COMPUTE)
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """An op the NPU does not run, that computes on the CPU."""
+
+    node: Node
+    float: bool          # it computes in float (else on integers)
+    splits: bool         # a delegate call runs before it and another after it
+    after: int | None    # the delegate call it follows (index in execution order), None: before the first
+
+
+@dataclass(frozen=True)
+class Partitions:
+    delegates: tuple[Node, ...]     # the delegate calls, in execution order
+    fallbacks: tuple[Fallback, ...]  # in graph order
+
+    @property
+    def count(self) -> int:
+        return len(self.delegates)
+
+
+def partitions(view: GraphView) -> Partitions:
+    """The delegate calls of `view` and every op that computes on the CPU instead."""
+    delegates = tuple(n for n in view.nodes if view.kind(n) == Kind.DELEGATE)
+    order = {node: index for index, node in enumerate(delegates)}
+    upstream = _reaching(view, delegates, forward=True)
+    downstream = _reaching(view, delegates, forward=False)
+    fallbacks = []
+    for node in view.nodes:
+        if view.op_kind(node) not in _CPU_COMPUTE or node.op != "call_function":
+            continue
+        before = [d for d in upstream.get(node, ()) if d in order]
+        after = max((order[d] for d in before), default=None)
+        fallbacks.append(Fallback(node, view.op_kind(node) == Kind.FP_COMPUTE or constant_fp32(view, node),
+                                  bool(before) and bool(downstream.get(node)), after))
+    return Partitions(delegates, tuple(fallbacks))
+
+
+def _reaching(view: GraphView, delegates: tuple[Node, ...], forward: bool) -> dict[Node, set[Node]]:
+    """For each node, the delegate calls upstream of it (`forward`) or downstream of it."""
+    reached: dict[Node, set[Node]] = {}
+    nodes = view.nodes if forward else list(reversed(view.nodes))
+    for node in nodes:
+        neighbours = node.all_input_nodes if forward else list(node.users)
+        found: set[Node] = set()
+        for other in neighbours:
+            found |= reached.get(other, set())
+            if other in delegates:
+                found.add(other)
+        reached[node] = found
+    return reached

@@ -1,0 +1,253 @@
+"""Quantizing and lowering for a Cortex-M with an Arm Ethos-U NPU, as Arm's own flow does it
+(`executorch/backends/arm/scripts/aot_arm_compiler.py --delegate --quantize`): `EthosUQuantizer`
+with the symmetric per-channel config, `EthosUPartitioner` over `EthosUCompileSpec`, then the
+cortex_m `ReplaceQuantNodesPass` for the quantize and dequantize ops left outside the delegates.
+
+The partitioner's own reporter keeps one reason per rejected node, the first its check chain
+returns, and for a float op that is the generic "Not included in BaseTOSASupportList". So while it
+partitions, every check of the chain it composes (`tosa_support_factory`: any positive check and
+all negative checks) also runs alone on each node, and every reason is kept with the check that
+gave it (`Rejection`): the cause a finding states is derived from those.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from qlint.io.reads import first_line
+from qlint.io.vela import NpuBlob, read_vela_blob
+from qlint.loading import speedups, stack
+from qlint.loading.lowering import LoweringError
+
+if TYPE_CHECKING:
+    from qlint.settings.npus import Npu
+
+# The extra `pip install` names for what the NPU flow needs beyond the Cortex-M flow.
+VELA_EXTRA = "pip install 'qlint[ethos-u]' (Arm's Vela compiler, ethos-u-vela)"
+# The sentence `tosa_support_factory` wraps around its positive checks: says only that no check
+# accepted the node; a finding states it only when no check said more.
+GENERIC_REASON = "Not included in BaseTOSASupportList or a registered tosa_support_check"
+
+
+class NpuSetupError(Exception):
+    """The NPU flow cannot run on this machine (Vela is not installed): one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One reason ExecuTorch's TOSA support checks give for not delegating a node."""
+
+    check: str        # the check's class: `CheckArmQuantized`, `EthosU55NotSupported`, ...
+    positive: bool    # a support list that did not include the node (else a check that rejected it)
+    reason: str       # the check's own words
+
+
+@dataclass(frozen=True)
+class Delegation:
+    """What the rules know of a program's NPU side: the target, the TOSA specification ExecuTorch's
+    support checks ran for, every reason each node left on the CPU was not delegated (by node name:
+    the names of the ops left on the CPU survive the lowering; none for a `.pte`, which does not
+    record them) and each delegate call's blob (by the call's node name)."""
+
+    npu: str                                       # the accelerator, `ethos-u55-128`
+    tosa_spec: str                                 # `TOSA-1.0+INT+int16+int4+u55`; "" when unknown
+    rejections: dict[str, tuple[Rejection, ...]]
+    blobs: dict[str, NpuBlob]
+    ops: dict[str, int]       # the compute ops each delegate call runs (a `.pte`: 1 each, it does not say)
+
+    @property
+    def npu_ops(self) -> int:
+        return sum(self.ops.values())
+
+
+@dataclass
+class NpuLowering:
+    """A program lowered for an Ethos-U and what its delegation says."""
+
+    program: Any        # the lowered edge ExportedProgram
+    edge: Any           # its EdgeProgramManager (what `to_executorch` serializes)
+    delegation: Delegation
+
+
+def require_vela() -> None:
+    """Raise NpuSetupError unless Vela, which compiles each NPU partition, can be imported."""
+    if importlib.util.find_spec("ethosu") is None or importlib.util.find_spec("ethosu.vela") is None:
+        raise NpuSetupError(f"the Ethos-U flow needs Vela: {VELA_EXTRA}")
+
+
+def compile_spec(npu: Npu) -> Any:
+    from executorch.backends.arm.ethosu import EthosUCompileSpec
+
+    return EthosUCompileSpec(npu.accelerator, system_config=npu.system_config, memory_mode=npu.memory_mode)
+
+
+def quantizer(npu: Npu) -> Any:
+    """`EthosUQuantizer` as Arm's flow sets it: symmetric, per-channel weights, for the whole graph."""
+    from executorch.backends.arm.quantizer import EthosUQuantizer, get_symmetric_quantization_config
+
+    quantizer = EthosUQuantizer(compile_spec(npu))
+    quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+    return quantizer
+
+
+def lower(program: Any, npu: Npu) -> NpuLowering:
+    """Partition and lower a quantized ExportedProgram for `npu` (each partition compiled by Vela),
+    then the cortex_m quantize and dequantize kernels for what stays on the CPU. A step that raises
+    becomes LoweringError, as a Cortex-M pass that raises does."""
+    stack.load()
+    require_vela()
+    speedups.share_provenance_snapshots()
+    from executorch.backends.arm.ethosu import EthosUPartitioner
+    from executorch.backends.cortex_m.passes.replace_quant_nodes_pass import ReplaceQuantNodesPass
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    spec = compile_spec(npu)
+    partitioner = EthosUPartitioner(spec)
+    rejections: dict[str, tuple[Rejection, ...]] = {}
+    try:  # Vela prints its summary to stdout, which is the report's
+        with _recording(partitioner, rejections), speedups.registering_py_kernels_directly(), \
+                contextlib.redirect_stdout(io.StringIO()):
+            edge = to_edge_transform_and_lower(program, partitioner=[partitioner],
+                                               compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    except NpuSetupError:
+        raise
+    except Exception as exc:  # a partition Vela or the TOSA lowering refuses is a finding, not a crash
+        raise LoweringError("EthosUPartitioner", None, exc) from exc
+    try:
+        edge = edge.transform([ReplaceQuantNodesPass()])
+    except Exception as exc:
+        raise LoweringError("ReplaceQuantNodesPass", None, exc) from exc
+    program = edge.exported_program()
+    blobs, ops = delegates(program)
+    return NpuLowering(program, edge, Delegation(npu.accelerator, str(spec.tosa_spec), rejections, blobs, ops))
+
+
+@contextlib.contextmanager
+def _recording(partitioner: Any, into: dict[str, tuple[Rejection, ...]]) -> Iterator[None]:
+    """While `partitioner` partitions, record every reason for every node it sees (`_all_reasons`),
+    on the program it receives (after ExecuTorch's own transforms), and what its own reporter kept
+    (the partition-level refusals: a boundary node, a partition of no-ops), which no single check
+    gives. Only this partitioner object changes, and only inside the block."""
+    import executorch.backends.arm.tosa.partitioner as tosa_partitioner
+
+    partition = partitioner.partition
+    reporter_class = tosa_partitioner.WhyNoPartitionReporter
+    kept: list[Any] = []
+
+    class KeptReporter(reporter_class):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            kept.append(self)
+
+    def recorded(exported_program: Any) -> Any:
+        into.update(_all_reasons(partitioner, exported_program))
+        tosa_partitioner.WhyNoPartitionReporter = KeptReporter
+        try:
+            return partition(exported_program)
+        finally:
+            tosa_partitioner.WhyNoPartitionReporter = reporter_class
+            for reporter in kept:
+                for node, reason in reporter._rejected_nodes.items():
+                    if node.op != "call_function":
+                        continue  # inputs, constants and outputs are never delegated: no finding to explain
+                    if not any(r.reason == reason for r in into.get(node.name, ())):
+                        into[node.name] = (*into.get(node.name, ()), Rejection("TOSAPartitioner", False, reason))
+
+    partitioner.partition = recorded
+    try:
+        yield
+    finally:
+        del partitioner.partition
+
+
+def _all_reasons(partitioner: Any, exported_program: Any) -> dict[str, tuple[Rejection, ...]]:
+    """Every check of the partitioner's support chain run alone on each operator node: the lists
+    `tosa_support_factory` composes (ExecuTorch's `_positive_checks`, `_negative_checks`), with the
+    extras `TOSAPartitioner._create_operator_support` adds for this partitioner."""
+    from executorch.backends.arm.operator_support import tosa_supported_operators as support
+    from executorch.backends.arm.tosa.partitioner import DecomposableLargeStrideMaxPool2dForU55Supported
+    from executorch.backends.arm.tosa.specification import TosaLoweringContext
+    from executorch.exir.backend.utils import WhyNoPartitionReporter
+    from torch._export.utils import _get_shape_env_from_gm
+
+    class EveryReason(WhyNoPartitionReporter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.check = ""
+            self.given: list[tuple[str, str]] = []
+
+        def report_reject(self, node: Any, reason: str) -> None:
+            self.given.append((self.check, reason))
+
+    reporter = EveryReason()
+    spec = partitioner.tosa_spec
+    extra = list(partitioner.additional_checks or ())
+    if partitioner._requires_resolved_tensor_shapes:
+        extra.append(support.CheckResolvedTensorShapes(reporter))
+    positive = [*support._positive_checks(spec, exported_program, reporter), partitioner._decomposable_resize_support,
+                DecomposableLargeStrideMaxPool2dForU55Supported(spec)]
+    negative = support._negative_checks(spec, exported_program, reporter, extra)
+    module = exported_program.graph_module
+    found: dict[str, tuple[Rejection, ...]] = {}
+    with TosaLoweringContext(spec, _get_shape_env_from_gm(module)):
+        for node in module.graph.nodes:
+            if node.op != "call_function":
+                continue
+            rejections = _positive_verdict(node, positive, reporter) + _negative_verdicts(node, negative, reporter)
+            if rejections:
+                found[node.name] = rejections
+    return found
+
+
+def _run(check: Any, node: Any, reporter: Any) -> tuple[bool, list[tuple[str, str]]]:
+    """One check on one node: whether it accepts it, and the reasons it reported (a check that
+    raises refuses, with what it raised)."""
+    reporter.check, reporter.given = type(check).__name__, []
+    try:
+        accepted = bool(check.is_node_supported({}, node))
+    except Exception as exc:
+        accepted = False
+        reporter.given.append((reporter.check, f"the check raised {type(exc).__name__}: {first_line(exc)}"))
+    return accepted, reporter.given
+
+
+def _positive_verdict(node: Any, checks: list[Any], reporter: Any) -> tuple[Rejection, ...]:
+    """No reason when any support list includes the node; else each list's reason, then the generic one."""
+    reasons: list[Rejection] = []
+    for check in checks:
+        accepted, given = _run(check, node, reporter)
+        if accepted:
+            return ()
+        reasons.extend(Rejection(name, True, reason) for name, reason in given)
+    return (*reasons, Rejection("tosa_support_factory", True, GENERIC_REASON))
+
+
+def _negative_verdicts(node: Any, checks: list[Any], reporter: Any) -> tuple[Rejection, ...]:
+    reasons: list[Rejection] = []
+    for check in checks:
+        accepted, given = _run(check, node, reporter)
+        if not accepted:
+            reasons.extend(Rejection(name, False, reason) for name, reason in given or [(type(check).__name__, "")])
+    return tuple(reasons)
+
+
+def delegates(program: Any) -> tuple[dict[str, NpuBlob], dict[str, int]]:
+    """Each delegate call of a lowered program (by node name): what its Vela blob holds, and how many
+    compute ops (not quantize, dequantize or data movement) of the partition it runs."""
+    from qlint.loading.view import DELEGATE_CALL, DEQUANTIZE_OPS, QUANTIZE_OPS, SHAPE_OPS, base_name, op_name, packet
+
+    blobs, ops = {}, {}
+    for node in program.graph.nodes:
+        if node.op == "call_function" and base_name(op_name(node)) == DELEGATE_CALL:
+            lowered = getattr(program.graph_module, str(node.args[0].target))
+            blobs[node.name] = read_vela_blob(bytes(lowered.processed_bytes))
+            ops[node.name] = sum(
+                1 for n in lowered.original_module.graph.nodes
+                if n.op == "call_function" and packet(op_name(n)) not in QUANTIZE_OPS | DEQUANTIZE_OPS
+                and base_name(op_name(n)) not in SHAPE_OPS | {"getitem"})
+    return blobs, ops
