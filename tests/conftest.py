@@ -104,20 +104,24 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def quantized(program_store: Path) -> Callable[..., Any]:
-    """`quantized("make_attention", int16=False)` -> a quantized ExportedProgram, built once.
+    """`quantized("make_attention", int16=False, npu=None)` -> a quantized ExportedProgram, built once;
+    with `npu` (an accelerator, `ethos-u55-128`), quantized for it as Arm's flow does, the ops
+    `examples.npu.FLOAT_OPS` names for the factory left in float.
 
     In memory for the session; on disk (`program_store`) for the next run, since quantizing is most
     of a large model's cost (the histogram observers' search: 4 minutes for MobileViT here)."""
     import torch
 
-    from examples import models, sam, zoo
+    from examples import models, npu, sam, zoo
     from qlint.loading.quantize import quantize
 
-    cache: dict[tuple[str, bool], Any] = {}
+    cache: dict[tuple[str, bool, str | None], Any] = {}
 
-    def build(name: str, int16: bool) -> Any:
-        module = next(m for m in (models, sam, zoo) if hasattr(m, name))
+    def build(name: str, int16: bool, accelerator: str | None) -> Any:
+        module = npu if accelerator else next(m for m in (models, sam, zoo) if hasattr(m, name))
         model, example, calibration = getattr(module, name)()
+        if accelerator:
+            return npu_quantized(model, example, calibration, accelerator, npu.FLOAT_OPS.get(name, ()))
         config = None
         if int16:
             from executorch.backends.cortex_m.quantizer.quantization_configs import INT16_PER_TENSOR_CONFIG
@@ -125,18 +129,48 @@ def quantized(program_store: Path) -> Callable[..., Any]:
             config = INT16_PER_TENSOR_CONFIG
         return quantize(model, example, calibration, config)
 
-    def get(name: str, int16: bool = False) -> Any:
-        if (name, int16) not in cache:
-            stored = program_store / f"{name}{'-int16' if int16 else ''}.pt2"
+    def get(name: str, int16: bool = False, npu: str | None = None) -> Any:
+        key = (name, int16, npu)
+        if key not in cache:
+            stored = program_store / f"{name}{'-int16' if int16 else ''}{'-' + npu_key(npu) if npu else ''}.pt2"
             if not stored.exists():
-                program = relocated(build(name, int16), str(ROOT), CHECKOUT)
+                program = relocated(build(*key), str(ROOT), CHECKOUT)
                 temp = stored.with_name(f".{stored.name}.{os.getpid()}.tmp")  # two workers may race: rename wins
                 torch.export.save(program, str(temp))
                 temp.replace(stored)
-            cache[(name, int16)] = relocated(torch.export.load(str(stored)), CHECKOUT, str(ROOT))
-        return cache[(name, int16)]
+            cache[key] = relocated(torch.export.load(str(stored)), CHECKOUT, str(ROOT))
+        return cache[key]
 
     return get
+
+
+def npu_key(accelerator: str) -> str:
+    """An NPU program's name in the store: its accelerator and the code of the quantizer Arm's flow sets
+    up (`ethos_u.quantizer`), so a change to that builds them again and nothing else."""
+    import hashlib
+    import inspect
+
+    from qlint.loading import ethos_u
+
+    return f"{accelerator}-{hashlib.sha256(inspect.getsource(ethos_u.quantizer).encode()).hexdigest()[:12]}"
+
+
+def npu_quantized(model: Any, example: tuple[Any, ...], calibration: Any, accelerator: str,
+                  float_ops: tuple[str, ...]) -> Any:
+    """A model quantized for an Ethos-U as Arm's flow does, with `float_ops` (`aten.div.Tensor`) left in
+    float as a user leaves them (`set_node_target(op, None)`)."""
+    import functools
+
+    import torch
+
+    from qlint.loading import ethos_u
+    from qlint.loading.quantize import export_float, quantize_graph
+    from qlint.settings.npus import npu
+
+    quantizer = ethos_u.quantizer(npu(accelerator))
+    for name in float_ops:
+        quantizer.set_node_target(functools.reduce(getattr, name.split("."), torch.ops), None)
+    return quantize_graph(export_float(model, example), example, calibration, quantizer)
 
 
 def relocated(program: Any, old: str, new: str) -> Any:

@@ -1,0 +1,128 @@
+"""The Ethos-U flow on the cases of the NPU table: each model quantized with `EthosUQuantizer` and
+lowered with `EthosUPartitioner` (Vela compiles each partition), as Arm's compiler script does.
+What runs on the NPU, what falls back to the CPU and why, at the user's line, and each delegate's
+SRAM and flash."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+from qlint.full.lint import lint_program
+from qlint.records.results import Finding
+from qlint.settings.config import Config
+from qlint.settings.npus import npu
+
+U55, U85 = "ethos-u55-128", "ethos-u85-256"
+NPU_SOURCE = ROOT / "examples" / "npu.py"
+
+
+def line_of(text: str) -> int:
+    """The line of examples/npu.py that holds `text` (once)."""
+    [line] = [i for i, code in enumerate(NPU_SOURCE.read_text().splitlines(), 1) if text in code]
+    return line
+
+
+def lint(quantized: Any, factory: str, accelerator: str) -> Any:
+    config = replace(Config(root=ROOT), npu=npu(accelerator))
+    return lint_program(quantized(factory, npu=accelerator), factory, config)
+
+
+def fallbacks(linted: Any) -> list[Finding]:
+    return [f for f in linted.findings if f.code == "QL010"]
+
+
+def where(finding: Finding) -> tuple[str, int] | None:
+    return (finding.location.path, finding.location.line) if finding.location else None
+
+
+@pytest.mark.parametrize("accelerator", [U55, U85])
+def test_fully_quantized_attention_is_one_partition_with_nothing_on_the_cpu(quantized: Any, accelerator: str) -> None:
+    linted = lint(quantized, "make_attention_folded", accelerator)
+    assert (linted.stats.partitions, fallbacks(linted), linted.stats.target) == (1, [], accelerator)
+    assert linted.stats.coverage == 1.0
+    [info] = [f for f in linted.findings if f.code == "QL007"]
+    assert (info.severity, info.message) == (
+        "info", f"lowered program's values cannot be checked: its 1 NPU partition run on the {accelerator} only, "
+                "not on this machine")
+
+
+def test_a_float_scale_splits_attention_in_two_partitions_and_folds(quantized: Any) -> None:
+    linted = lint(quantized, "make_attention", U55)
+    [div] = fallbacks(linted)
+    assert linted.stats.partitions == 2
+    assert div.message == (
+        "aten.div.Tensor (float32) runs on the CPU between NPU partitions 1 and 2, splitting the NPU's work; "
+        "2 NPU partitions on ethos-u55-128: left in float by the quantizer: no int8 annotation for aten.div.Tensor")
+    assert where(div) == ("examples/npu.py", line_of("scores = scores / math.sqrt(self.dim)"))
+    assert (div.details["after_partition"], div.details["splits"], div.details["dtype"]) == (1, True, "float32")
+    assert [r["check"] for r in div.details["reasons"]] == ["tosa_support_factory", "CheckArmQuantized"]
+    # QL001 still applies between the partitions: the scale is a foldable island.
+    [scale] = [f for f in linted.findings if f.code == "QL001"]
+    assert (scale.node, where(scale)) == (div.node, where(div))
+    assert [f.code for f in linted.findings if f.code == "QL002"] == []  # QL010 takes its place
+    sizes = [(d.sram, d.flash) for d in linted.stats.delegates]
+    assert len(sizes) == 2 and all(sram > 0 and flash > 0 for sram, flash in sizes)
+
+
+def test_hardswish_left_float_splits_conv_into_three_partitions(quantized: Any) -> None:
+    linted = lint(quantized, "make_conv_hardswish", U55)
+    found = fallbacks(linted)
+    assert linted.stats.partitions == 3
+    assert [(f.details["op"], f.details["after_partition"], where(f)) for f in found] == [
+        ("aten.hardswish.default", 1, ("examples/npu.py", line_of("x = nn.functional.hardswish(self.c1(x))"))),
+        ("aten.hardswish.default", 2, ("examples/npu.py", line_of("x = nn.functional.hardswish(self.c2(x))"))),
+    ]
+    assert {tuple(f.details["causes"]) for f in found} == {
+        ("left in float by the quantizer: no int8 annotation for aten.hardswish.default",)}
+
+
+def test_a_causal_mask_falls_back_on_u55_and_not_on_u85(quantized: Any) -> None:
+    on_u55 = lint(quantized, "make_causal_attention", U55)
+    found = {f.details["op"]: f for f in fallbacks(on_u55)}
+    assert on_u55.stats.partitions == 2
+    assert sorted(found) == ["aten.scalar_tensor.default", "aten.where.self"]
+    where_ = found["aten.where.self"]
+    assert where(where_) == ("examples/npu.py", line_of("scores = scores.masked_fill(self.mask"))
+    assert where_.details["causes"] == [
+        "left in float by the quantizer: no int8 annotation for aten.where.self",
+        "`where` with float32 operands: U55's TOSA profile is integer-only",
+        "a bool input (b_mask) that U55's integer-only TOSA profile does not take",
+        "`where`: no U55 operator",
+    ]
+    assert not any("BaseTOSASupportList" in cause for f in found.values() for cause in f.details["causes"])
+    on_u85 = lint(quantized, "make_causal_attention", U85)
+    assert (on_u85.stats.partitions, fallbacks(on_u85)) == (1, [])
+
+
+def test_an_embedding_gathers_on_the_cpu_in_float_on_u55(quantized: Any) -> None:
+    linted = lint(quantized, "make_embedding", U55)
+    found = {f.details["op"]: f for f in fallbacks(linted)}
+    assert linted.stats.partitions == 1
+    gather = found["aten.index_select.default"]
+    assert gather.details["after_partition"] is None and not gather.details["splits"]
+    assert "runs on the CPU before the first NPU partition" in gather.message
+    assert "`index_select`: no U55 operator" in gather.details["causes"]
+
+
+def test_the_cli_checks_a_pt2_for_a_target_and_reports_partitions_and_delegates(
+        quantized: Any, tmp_path: Path) -> None:
+    import torch
+
+    torch.export.save(quantized("make_attention", npu=U55), str(tmp_path / "attention.pt2"))
+    result = subprocess.run([sys.executable, "-m", "qlint", "check", "attention.pt2", "--target", U55,
+                             "--output-format", "json", "--no-cache"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    [stats] = data["artifacts"]
+    assert (stats["target"], stats["partitions"], len(stats["delegates"])) == (U55, 2, 2)
+    assert all(set(d) >= {"sram", "flash"} for d in stats["delegates"])
+    assert sorted(f["code"] for f in data["findings"]) == ["QL001", "QL007", "QL010"]
