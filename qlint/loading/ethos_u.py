@@ -13,7 +13,6 @@ gave it (`Rejection`): the cause a finding states is derived from those.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,12 +22,11 @@ from qlint.io.reads import first_line
 from qlint.io.vela import NpuBlob, read_vela_blob
 from qlint.loading import speedups, stack
 from qlint.loading.lowering import LoweringError
+from qlint.settings.npus import vela_missing
 
 if TYPE_CHECKING:
     from qlint.settings.npus import Npu
 
-# The extra `pip install` names for what the NPU flow needs beyond the Cortex-M flow.
-VELA_EXTRA = "pip install 'qlint[ethos-u]' (Arm's Vela compiler, ethos-u-vela)"
 # The sentence `tosa_support_factory` wraps around its positive checks: says only that no check
 # accepted the node; a finding states it only when no check said more.
 GENERIC_REASON = "Not included in BaseTOSASupportList or a registered tosa_support_check"
@@ -74,10 +72,11 @@ class NpuLowering:
     delegation: Delegation
 
 
-def require_vela() -> None:
+def require_vela(npu: Npu) -> None:
     """Raise NpuSetupError unless Vela, which compiles each NPU partition, can be imported."""
-    if importlib.util.find_spec("ethosu") is None or importlib.util.find_spec("ethosu.vela") is None:
-        raise NpuSetupError(f"the Ethos-U flow needs Vela: {VELA_EXTRA}")
+    missing = vela_missing(npu)
+    if missing is not None:
+        raise NpuSetupError(missing)
 
 
 def compile_spec(npu: Npu) -> Any:
@@ -100,7 +99,7 @@ def lower(program: Any, npu: Npu) -> NpuLowering:
     then the cortex_m quantize and dequantize kernels for what stays on the CPU. A step that raises
     becomes LoweringError, as a Cortex-M pass that raises does."""
     stack.load()
-    require_vela()
+    require_vela(npu)
     speedups.share_provenance_snapshots()
     from executorch.backends.arm.ethosu import EthosUPartitioner
     from executorch.backends.cortex_m.passes.replace_quant_nodes_pass import ReplaceQuantNodesPass

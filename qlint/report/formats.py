@@ -292,7 +292,22 @@ def summary_table(report: Report, fmt: str = "simple", name: Callable[[str], str
     ]
     headers = ["artifact", "nodes", "int8 kernels", "fp32 islands", "fp32 elements", "coverage", "lowered",
                "time (fp32)" if any(s.measured_runs for s in report.stats) else "est. time (fp32)"]
+    if any(s.partitions is not None for s in report.stats):  # a column only where a run lowered for an NPU
+        headers.append("NPU partitions")
+        for row, s in zip(rows, report.stats, strict=True):
+            row.append(npu_partitions(s))
     return tabulate(rows, headers=headers, tablefmt=fmt)
+
+
+def npu_partitions(stats: ArtifactStats) -> str:
+    """`2 on ethos-u55-128: SRAM 3,392/2,816 B, flash 2,720/3,344 B`: the delegate calls and each one's
+    scratch and weights, in execution order (each call's own: how calls share SRAM is the runtime's)."""
+    if stats.partitions is None:
+        return "-"
+    if not stats.delegates:
+        return f"{stats.partitions} on {stats.target}"
+    sram, flash = ("/".join(f"{getattr(d, field):,}" for d in stats.delegates) for field in ("sram", "flash"))
+    return f"{stats.partitions} on {stats.target}: SRAM {sram} B, flash {flash} B"
 
 
 def totals(report: Report) -> str:

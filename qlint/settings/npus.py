@@ -21,6 +21,7 @@ import yaml
 from qlint.io.reads import printable
 
 CPU_ONLY = "cortex-m"   # the target that means no NPU: the Cortex-M flow alone
+VELA_EXTRA = "pip install 'qlint[ethos-u]' (Arm's Vela compiler, ethos-u-vela)"  # what the NPU flow adds
 VELA_INI = "config_files/Arm/vela.ini"   # in Vela's `ethosu` package; ExecuTorch passes --config=Arm/vela.ini
 _SECTION = re.compile(r"^\[(System_Config|Memory_Mode)\.([^\]\s]+)\]\s*$", re.M)
 
@@ -177,3 +178,17 @@ def resolve(levels: Iterable[NpuChoice]) -> Npu | None:
 
 def _family_name(target: str) -> str:
     return target.rsplit("-", 1)[0]
+
+
+def vela_missing(npu: Npu) -> str | None:
+    """The one line that says lowering for `npu` needs Vela, when Vela cannot be imported; else None.
+    Found without importing it (`find_spec` runs only the `ethosu` package's own `__init__`)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("ethosu") is not None and importlib.util.find_spec("ethosu.vela") is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        return None
+    return f"the {npu.accelerator} target needs Vela, which compiles each NPU partition: {VELA_EXTRA}"

@@ -225,6 +225,30 @@ def test_an_unknown_vela_section_on_the_command_line_is_one_line_exit_2(tmp_path
     assert err.count("\n") == 1
 
 
+def test_a_target_without_vela_is_one_line_naming_the_extra_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name.startswith("ethosu") else
+                        find_spec(name, *a))
+    config = str(write(tmp_path, "include: []\n"))
+    code, out, err = run_cli(["check", "--config", config, "--target", "ethos-u55-128", str(tmp_path)], capsys)
+    assert (code, out, err) == (2, "", "qlint: error: the ethos-u55-128 target needs Vela, which compiles each NPU "
+                                       "partition: pip install 'qlint[ethos-u]' (Arm's Vela compiler, ethos-u-vela)\n")
+    code, _, err = run_cli(["check", "--config", config, "--target", "ethos-u55-128", "--static", str(tmp_path)],
+                           capsys)
+    assert code == 0 and "Vela" not in err  # the static tier lowers nothing
+
+
+def test_fix_on_an_npu_target_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = str(write(tmp_path, "include: []\nboard: corstone-300-fvp\n"))
+    code, out, err = run_cli(["check", "--config", config, "--fix", str(tmp_path)], capsys)
+    assert (code, out, err) == (2, "", "qlint: error: --fix writes programs for the Cortex-M CPU flow only; the "
+                                       "ethos-u55-128 target is checked, not fixed: run without --fix "
+                                       "(or --target cortex-m)\n")
+
+
 def test_static_says_it_checks_the_cpu_flow_only_when_an_npu_is_named(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     config = str(write(tmp_path, "include: []\n"))

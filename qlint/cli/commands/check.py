@@ -161,8 +161,28 @@ def _config(args: argparse.Namespace) -> Config | None:
     except ValueError as exc:  # --board names no board, a board and a CPU that disagree, a section without an NPU
         say(f"qlint: {_option(args, exc)}: {exc}")
         return None
+    problem = None if args.static else _npu_unmet(config, args)
+    if problem:
+        say(f"qlint: error: {problem}")
+        return None
     return config.with_selection(None if args.select is None else tuple(args.select), tuple(args.extend_select or ()),
                                  tuple(args.ignore or ()))
+
+
+def _npu_unmet(config: Config, args: argparse.Namespace) -> str | None:
+    """What an Ethos-U target in this run needs and does not have: Vela (the `ethos-u` extra), or a
+    fix `--fix` can write (it writes Cortex-M programs only); None when no NPU is named."""
+    from qlint.settings.npus import vela_missing
+
+    named = [config.npu] if config.npu is not None else []
+    named += [npu for t in config.targets if (npu := config.for_target(t).npu) is not None
+              and (args.targets_only or not args.paths)]
+    if not named:
+        return None
+    if args.fix or args.diff:
+        return (f"--fix writes programs for the Cortex-M CPU flow only; the {named[0].accelerator} target is "
+                "checked, not fixed: run without --fix (or --target cortex-m)")
+    return vela_missing(named[0])
 
 
 def _npu_names(args: argparse.Namespace) -> str | None:
