@@ -272,7 +272,8 @@ def method_allocator_bytes(plan: Any) -> int:
     argument list per instruction. Replays `Method::init`'s allocations in order on a bump
     allocator; equal to the bytes ExecuTorch's own runtime hands out, measured on five programs
     (docs/budgets.md). Kernel lookups use the temp allocator when the runner gives one, as
-    ExecuTorch's runners do; delegates are not counted (Cortex-M programs have none)."""
+    ExecuTorch's runners do; delegates are not counted (Cortex-M programs have none; an Ethos-U
+    `.pte`'s figure leaves out each delegate's runtime state)."""
     used = 0
 
     def take(size: int, align: int) -> None:

@@ -65,7 +65,7 @@ def lint_pte(data: bytes, artifact: str, config: Config, measure: bool = False, 
     shipped = read_pte(data, config.limits)
     measured = read_profile(profile, config.limits) if profile is not None else None
     linted = run_rules(shipped.view, artifact, config, measure=None if measured is None else functools.partial(
-        measured_cost, shipped.view, shipped.steps[1:], measured, shipped.name))
+        measured_cost, shipped.view, shipped.steps[1:], measured, shipped.name), delegation=shipped.delegation)
     memory = arena_memory(artifact, shipped.buffers, shipped.steps, shipped.arena_bytes)
     report = Report(findings=linted.findings, stats=[linted.stats], memory=[memory] if memory is not None else [])
     if measure:

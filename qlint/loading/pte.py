@@ -18,6 +18,12 @@ ExecuTorch's schema (`executorch/exir/schema.py`) and emitter:
   last value written at the same planned offset (it becomes `aten.view_copy`);
 - constants live in `constant_buffer`, padded to an alignment and laid out in the
   tensor's `dim_order`;
+- a `DelegateCall`'s args are the delegate's inputs, then its outputs (the emitter's
+  `_emit_delegate`); how many of each its Ethos-U blob says (Arm's runtime reads
+  them so), and the call becomes an `executorch_call_delegate` node, its outputs
+  `getitem`s of it, as in the lowered graph. Only `EthosUBackend` delegates are
+  read: each one's blob (`qlint.io.vela`), inline or in a segment, every index
+  and length checked;
 - every recorded shape is checked against the operator's meta kernel (or, where
   the device decides it, what the operator computes on the CPU export traced
   on), so the in-graph constants qlint computes are computed at the shapes the
@@ -35,7 +41,9 @@ from typing import Any
 
 from qlint.io.limits import MAX_TENSOR_DIMS, Limits
 from qlint.io.reads import ReadError, first_line
+from qlint.io.vela import NpuBlob, read_vela_blob
 from qlint.loading import stack
+from qlint.loading.ethos_u import Delegation
 from qlint.records.results import Buffer, Contributor
 
 # ExecuTorch's ScalarType codes (executorch/exir/scalar_type.py) that a quantized program holds.
@@ -46,6 +54,9 @@ _SCALAR_TYPES = {
 _ARENA = 1      # memory id of the planned activation arena (0 is reserved)
 _FLOAT32 = 6
 _LISTS = frozenset({"IntList", "DoubleList", "BoolList", "TensorList", "OptionalTensorList"})  # value types with items
+_ETHOS_U = "EthosUBackend"  # the backend id of ExecuTorch's Arm Ethos-U delegates, the only one read
+_INLINE = 0     # DataLocation.INLINE: a delegate's data in program.backend_delegate_data
+_DELEGATE_STEP = "DelegateCall"  # what `plan_steps` lists for a delegate call
 
 
 class _Malformed(ReadError):
@@ -97,6 +108,8 @@ def _declared(data: bytes, budget: _Budget) -> None:
         plan = root.ExecutionPlan(i)
         budget.declare(plan.ValuesLength() + plan.OperatorsLength() + plan.DelegatesLength() + plan.ChainsLength()
                      + plan.NonConstBufferDeviceLength())
+        for k in range(plan.DelegatesLength()):
+            budget.declare(plan.Delegates(k).CompileSpecsLength())
         for j in range(plan.ChainsLength()):
             chain = plan.Chains(j)
             budget.instructions(chain.InstructionsLength())
@@ -194,6 +207,8 @@ class _PlanReader:
 
         self.program, self.plan = program, plan
         self.budget = budget
+        self.delegates = delegate_blobs(program, plan)
+        self.calls: dict[str, NpuBlob] = {}  # each delegate call's node name -> its delegate's blob
         self.graph = Graph()
         self.env: dict[int, Any] = {}
         self.buffers: dict[str, Any] = {}
@@ -380,6 +395,29 @@ class _PlanReader:
         else:
             raise _Malformed(f"{operator.name} returns a {type(result).__name__}")
 
+    def delegate_call(self, call: Any) -> None:
+        """A call into an NPU partition: its inputs, then its outputs, as many as its blob says."""
+        if not 0 <= call.delegate_index < len(self.delegates):
+            raise _Malformed(f"delegate index {call.delegate_index} out of range")
+        blob = self.delegates[call.delegate_index]
+        args = list(call.args)
+        self.budget.read(len(args))
+        count = len(blob.inputs)
+        if len(args) != count + len(blob.outputs):
+            raise _Malformed(f"a call of delegate {call.delegate_index} passes {len(args)} values; its blob reads "
+                             f"{count} and writes {len(blob.outputs)}")
+        from qlint.loading.view import DELEGATE_CALL
+
+        node = self.graph.call_function(_unknown(DELEGATE_CALL), tuple(self.argument(i, "") for i in args[:count]))
+        node.meta["instruction_id"] = f"{self.plan.name}_0_{self.step - 1}"
+        node.meta["val"] = tuple(self.meta(self.tensor_value(i)) for i in args[count:])
+        for position, out in enumerate(args[count:]):
+            item = self.graph.call_function(pyop.getitem, (node, position))
+            item.meta["instruction_id"] = node.meta["instruction_id"]
+            item.meta["val"] = node.meta["val"][position]
+            self.produced(out, item)
+        self.calls[node.name] = blob
+
     def arena_buffers(self) -> list[Buffer]:
         """The plan's arena tensors with the steps they are live at (outputs: to the end)."""
         last = self.step
@@ -434,6 +472,8 @@ class _PlanReader:
                 self.budget.read(2)
                 self.env[call.move_to] = self.tensor(call.move_from)
                 self.touch(call.move_to)
+            elif step == _DELEGATE_STEP:
+                self.delegate_call(call)
             elif step != "FreeCall":
                 self.kernel_call(call)
         outputs = [self.tensor(i) if type(self.value(i)).__name__ == "Tensor" else None for i in self.plan.outputs]
@@ -523,15 +563,57 @@ def _plan(program: Any) -> Any:
     if len(plans) > 1:
         names = ", ".join(str(p.name) for p in plans[:8])
         raise ReadError(f"{len(plans)} methods ({names}); only single-method programs are read")
-    if plans[0].delegates:
-        raise ReadError("delegated programs are not supported (the Cortex-M flow does not delegate)")
     return plans[0]
+
+
+def delegate_blobs(program: Any, plan: Any) -> list[NpuBlob]:
+    """Each of the plan's delegates' Ethos-U blob, in `plan.delegates` order (the runtime initializes
+    every one at load). ExecuTorch's deserializer has already moved the data of a delegate stored in
+    a segment inline, checking its bounds; a delegate of another backend, a data index out of
+    range, or a segment the file does not hold is refused. A blob several delegates share is read once."""
+    read: dict[int, NpuBlob] = {}
+    blobs = []
+    for number, delegate in enumerate(plan.delegates):
+        if str(delegate.id) != _ETHOS_U:
+            raise ReadError(f"delegate {number} is for backend {str(delegate.id)!r}; only {_ETHOS_U} "
+                            "delegates are read")
+        where, index = int(delegate.processed.location), int(delegate.processed.index)
+        if where != _INLINE:
+            raise _Malformed(f"delegate {number}'s data is in segment {index}, which the file does not hold")
+        if not 0 <= index < len(program.backend_delegate_data):
+            raise _Malformed(f"delegate {number}'s data index {index} out of range")
+        if index not in read:
+            read[index] = read_vela_blob(bytes(program.backend_delegate_data[index].data))
+        blobs.append(read[index])
+    return blobs
+
+
+def _compile_specs(plan: Any) -> dict[str, str]:
+    """The first delegate's compile specs as text (EthosUCompileSpec writes `target`, `tosa_spec`,
+    `compile_flags` and more; every delegate of one lowering has the same)."""
+    if not plan.delegates:
+        return {}
+    return {str(spec.key): bytes(spec.value).decode("utf-8", "replace") for spec in plan.delegates[0].compile_specs}
+
+
+def delegation(plan: Any, calls: dict[str, NpuBlob]) -> Delegation | None:
+    """What a delegated plan says of its NPU side; None for a CPU-only plan. The accelerator is the
+    compile specs' `target` (`ethos-u55-128`), else Vela's `--accelerator-config` flag, else "";
+    a `.pte` records neither why an op stayed on the CPU (no rejections) nor how many ops a
+    partition runs (1 per call)."""
+    if not plan.delegates:
+        return None
+    specs = _compile_specs(plan)
+    flags = [f for f in specs.get("compile_flags", "").split() if f.startswith("--accelerator-config=")]
+    npu = specs.get("target") or (flags[0].partition("=")[2] if flags else "")
+    return Delegation(npu, specs.get("tosa_spec", ""), {}, dict(calls), {name: 1 for name in calls})
 
 
 def plan_steps(plan: Any) -> list[str]:
     """The plan's instructions in order, as a profile of it records them: the operator's name for
-    a kernel call (`cortex_m::softmax.out`), else the instruction's kind (`MoveCall`, `FreeCall`);
-    a plan of several chains, or with instructions of another kind, is refused."""
+    a kernel call (`cortex_m::softmax.out`), `DelegateCall` for a call into a delegate, else the
+    instruction's kind (`MoveCall`, `FreeCall`); a plan of several chains, or with instructions of
+    another kind (control flow), is refused."""
     if len(plan.chains) != 1:
         raise ReadError(f"{len(plan.chains)} chains in the plan; only single-chain programs are read")
     steps = []
@@ -540,8 +622,8 @@ def plan_steps(plan: Any) -> list[str]:
         if call is None:  # an instruction whose union names no type: no serializer writes one
             raise _Malformed(f"instruction {number} has no arguments")
         kind = type(call).__name__
-        if kind not in ("KernelCall", "MoveCall", "FreeCall"):
-            raise ReadError(f"{kind} instructions (control flow, delegates) are not supported")
+        if kind not in ("KernelCall", "MoveCall", "FreeCall", _DELEGATE_STEP):
+            raise ReadError(f"{kind} instructions (control flow) are not supported")
         steps.append(_operator_name(plan, call) if kind == "KernelCall" else kind)
     return steps
 
@@ -566,8 +648,8 @@ def pte_steps(data: bytes, limits: Limits) -> list[str]:
 def _read(program: Any, budget: _Budget) -> tuple[Any, _PlanReader]:
     from qlint.loading.view import GraphView
 
-    reader = _PlanReader(program, _plan(program), budget)
     try:
+        reader = _PlanReader(program, _plan(program), budget)
         graph = reader.read()
         _check_shapes(graph)
     except _Malformed as exc:
@@ -601,8 +683,9 @@ def _read(program: Any, budget: _Budget) -> tuple[Any, _PlanReader]:
 @dataclass(frozen=True)
 class Shipped:
     """What a `.pte` ships, as read: its program as a graph view (nothing to lower), the instructions
-    in order (`steps`, step 0 the inputs), the arena's tensors and size, its largest constants, and
-    the execution plan (what the method allocator sizes)."""
+    in order (`steps`, step 0 the inputs), the arena's tensors and size, its largest constants, the
+    execution plan (what the method allocator sizes) and its NPU side (`delegation`, None for a
+    CPU-only program)."""
 
     view: Any
     steps: list[str]
@@ -610,6 +693,7 @@ class Shipped:
     arena_bytes: int
     constants: tuple[Contributor, ...]
     plan: Any
+    delegation: Delegation | None = None
 
     @property
     def name(self) -> str:
@@ -621,7 +705,7 @@ def read_pte(data: bytes, limits: Limits) -> Shipped:
     budget = _Budget(limits)
     view, reader = _read(_load(data, budget), budget)
     return Shipped(view, reader.step_ops, reader.arena_buffers(), int(sum(reader.plan.non_const_buffer_sizes)),
-                   reader.constants(), reader.plan)
+                   reader.constants(), reader.plan, delegation(reader.plan, reader.calls))
 
 
 __all__ = ["ReadError", "Shipped", "load_pte", "pte_steps", "read_pte"]
