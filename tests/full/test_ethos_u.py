@@ -124,7 +124,8 @@ def test_the_cli_checks_a_pt2_for_a_target_and_reports_partitions_and_delegates(
 
     torch.export.save(quantized("make_attention", npu=U55), str(tmp_path / "attention.pt2"))
     result = subprocess.run([sys.executable, "-m", "qlint", "check", "attention.pt2", "--target", U55,
-                             "--output-format", "json", "--no-cache", "--write", "markdown:report.md"], cwd=tmp_path, capture_output=True,
+                             "--output-format", "json", "--no-cache", "--write", "markdown:report.md"],
+                            cwd=tmp_path, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 1, result.stderr  # QL001 is an error
     data = json.loads(result.stdout)
