@@ -45,14 +45,17 @@ def partitions(view: GraphView) -> Partitions:
     upstream = _reaching(view, delegates, forward=True)
     downstream = _reaching(view, delegates, forward=False)
     fallbacks = []
-    for node in view.nodes:
-        if view.op_kind(node) not in _CPU_COMPUTE or node.op != "call_function":
-            continue
+    for node in cpu_ops(view):
         before = [d for d in upstream.get(node, ()) if d in order]
         after = max((order[d] for d in before), default=None)
         fallbacks.append(Fallback(node, view.op_kind(node) == Kind.FP_COMPUTE or constant_fp32(view, node),
                                   bool(before) and bool(downstream.get(node)), after))
     return Partitions(delegates, tuple(fallbacks))
+
+
+def cpu_ops(view: GraphView) -> list[Node]:
+    """The ops of `view` that compute on the CPU, an NPU's program or not (QL005 counts them)."""
+    return [n for n in view.nodes if n.op == "call_function" and view.op_kind(n) in _CPU_COMPUTE]
 
 
 def _reaching(view: GraphView, delegates: tuple[Node, ...], forward: bool) -> dict[Node, set[Node]]:

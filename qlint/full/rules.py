@@ -30,11 +30,13 @@ from qlint.analysis.islands import (
     fp32_elements,
     fp32_total,
 )
+from qlint.analysis.npu_causes import causes as npu_causes
+from qlint.analysis.partitions import cpu_ops
 from qlint.analysis.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.analysis.validity import Invalid, find_invalid, restorable
 from qlint.analysis.values import Unchecked
 from qlint.device.cost import ProgramCost, compare, core_of, estimate
-from qlint.full.npu import fallback_findings
+from qlint.full.npu import NO_REASONS, fallback_findings
 from qlint.io.limits import MIB
 from qlint.io.reads import first_line
 from qlint.loading.ethos_u import Delegation
@@ -109,8 +111,9 @@ class Context:
         return self.plans[region]
 
     def fixable(self, region: Region) -> bool:
-        """A finding is fixable exactly when `--fix` has a proven fold for it."""
-        return isinstance(self.plan(region), Fold)
+        """A finding is fixable exactly when `--fix` has a proven fold for it (and writes programs for
+        the target: not for an NPU's)."""
+        return self.delegation is None and isinstance(self.plan(region), Fold)
 
     def priced(self, finding: Finding, region: Region) -> Finding:
         """`finding` with its island's estimated cycles (its float ops, the conversions into and out of
@@ -240,12 +243,15 @@ def low_coverage(context: Context) -> list[Finding]:
     listed = ", ".join(f"{name} x{count}" for name, count in cov.fp32_op_counts.most_common())
     by_cause = fp32_causes(context)
     main = f"; main cause ({by_cause[0][1]} ops): {by_cause[0][0]}" if by_cause else ""
-    ops = f"{cov.total - cov.int_ops} of {cov.total} compute ops run in fp32 ({listed})"
+    npu = context.delegation is not None
+    ops = (f"{cov.total - cov.int_ops} of {cov.total} compute ops run on the CPU ({listed or 'integer ops'})" if npu
+           else f"{cov.total - cov.int_ops} of {cov.total} compute ops run in fp32 ({listed})")
     how = "measured" if cost is not None and cost.runs else "estimated"
     time = f"{_percent_down(by_time)} of the {how} time is int8" if by_time is not None else ""
     threshold = f"{config.coverage_threshold * 100:g}%"
     message = (f"int8 share of the {how} time {_percent_down(by_time or 0.0)} < {threshold}: {ops}{main}" if timed
-               else f"int8 coverage {_percent_down(cov.ratio)} < {threshold}: {ops}{'; ' + time if time else ''}{main}")
+               else f"{'NPU' if npu else 'int8'} coverage {_percent_down(cov.ratio)} < {threshold}: {ops}"
+               f"{'; ' + time if time else ''}{main}")
     return [
         context.factory.finding(
             Code.INT8_COVERAGE,
@@ -272,6 +278,13 @@ def fp32_causes(context: Context) -> list[tuple[str, int]]:
         key = shapes_elided(reason)
         said.setdefault(key, reason)
         counts[key] += ops
+
+    if context.delegation is not None:  # on the CPU instead of the NPU: QL010's first cause for each op
+        recorded = bool(context.delegation.rejections)
+        for node in cpu_ops(view):
+            given = npu_causes(node, context.delegation) if recorded else [NO_REASONS]
+            count(given[0] if given else "no support check refused it: the partitioner left it out", 1)
+        return [(said[key], ops) for key, ops in counts.most_common()]
 
     for region in context.analysis.regions:
         if region.code in ISLAND_CODES:

@@ -69,6 +69,7 @@ def test_a_float_scale_splits_attention_in_two_partitions_and_folds(quantized: A
     # QL001 still applies between the partitions: the scale is a foldable island.
     [scale] = [f for f in linted.findings if f.code == "QL001"]
     assert (scale.node, where(scale)) == (div.node, where(div))
+    assert not scale.fixable  # its fold merges the partitions once --fix writes NPU programs; not before
     assert [f.code for f in linted.findings if f.code == "QL002"] == []  # QL010 takes its place
     sizes = [(d.sram, d.flash) for d in linted.stats.delegates]
     assert len(sizes) == 2 and all(sram > 0 and flash > 0 for sram, flash in sizes)
@@ -115,6 +116,9 @@ def test_an_embedding_gathers_on_the_cpu_in_float_on_u55(quantized: Any) -> None
     assert gather.details["after_partition"] is None and not gather.details["splits"]
     assert "runs on the CPU before the first NPU partition" in gather.message
     assert "`index_select`: no U55 operator" in gather.details["causes"]
+    [coverage] = [f for f in linted.findings if f.code == "QL005"]
+    assert coverage.message == ("NPU coverage 50.0% < 90%: 1 of 2 compute ops run on the CPU (index_select x1); "
+                                "main cause (1 ops): `index_select`: no U55 operator")
 
 
 @pytest.mark.model("make_attention@npu")
