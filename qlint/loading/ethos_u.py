@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from qlint.io.reads import first_line
+from qlint.io.reads import ReadError, first_line
 from qlint.io.vela import NpuBlob, read_vela_blob
 from qlint.loading import speedups, stack
 from qlint.loading.lowering import LoweringError
@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 GENERIC_REASON = "Not included in BaseTOSASupportList or a registered tosa_support_check"
 
 
-class NpuSetupError(Exception):
-    """The NPU flow cannot run on this machine (Vela is not installed): one line, exit 2."""
+class NpuSetupError(ReadError):
+    """The NPU flow cannot run on this machine (Vela is not installed): one line for the input, exit 2
+    (the command line refuses the run before it starts; a program calling the API gets it per input)."""
 
 
 @dataclass(frozen=True)
