@@ -132,7 +132,8 @@ def _recording(partitioner: Any, into: dict[str, tuple[Rejection, ...]]) -> Iter
     """While `partitioner` partitions, record every reason for every node it sees (`_all_reasons`),
     on the program it receives (after ExecuTorch's own transforms), and what its own reporter kept
     (the partition-level refusals: a boundary node, a partition of no-ops), which no single check
-    gives. Only this partitioner object changes, and only inside the block."""
+    gives. Only inside the block: this partitioner's `partition`, and the reporter class ExecuTorch's
+    TOSA partitioner module makes while it partitions."""
     import executorch.backends.arm.tosa.partitioner as tosa_partitioner
 
     partition = partitioner.partition
