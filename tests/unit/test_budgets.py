@@ -41,7 +41,7 @@ def test_sizes_print_exactly() -> None:
     ("budgets:\n  coverage: 120%\n", 2, "budgets.coverage", "a share must be between 0 and 1"),
     ("budgets:\n  fp32_islands: -1\n", 2, "budgets.fp32_islands", "expected a whole number of fp32 islands"),
     ("budgets:\n  ram: 1KiB\n", 2, "budgets.ram", "unknown key (known: sram, flash"),
-    ("budgets:\n  board: nucleo-z999\n", 2, "budgets.board", "unknown board 'nucleo-z999' (known: alif-e8-dk-he"),
+    ("budgets:\n  board: nucleo-z999\n", 2, "budgets.board", "unknown board 'nucleo-z999' (known: alif-e7-dk-he-u55, "),
     ("budgets:\n  growth: {sram: lots%}\n", 2, "budgets.growth.sram", "expected a growth like 5% or 0"),
     ("budgets:\n  growth: {arena: 5%}\n", 2, "budgets.growth.arena", "unknown key (known: sram, flash"),
     ("boards:\n  mine: {sram: 1KiB}\n", 2, "boards.mine", "a board needs flash"),

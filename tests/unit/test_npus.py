@@ -281,7 +281,24 @@ def test_boards_show_the_npu(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(["boards", "--verbose"], capsys)
     assert "\ncorstone-300-fvp\n  source: https://github.com/zephyrproject-rtos/zephyr/" in out
     assert "\n  NPU: ethos-u55-128, executorch 1.5.1 backends/arm/test/runner_utils.py run_corstone" in out
-    assert {b.npu for b in builtin_boards().values()} == {None, "ethos-u55-128", "ethos-u85-128"}
+    assert {b.npu for b in builtin_boards().values()} == {None, "ethos-u55-128", "ethos-u55-256", "ethos-u85-128",
+                                                          "ethos-u85-256"}
+
+
+def test_the_production_boards_with_an_ethos_u_resolve_their_npu(tmp_path: Path) -> None:
+    """Every board in the table that names an NPU gives it as the config's, with its family's Vela defaults;
+    the Alif cores alone keep their own rows, so `target: cortex-m` on them stays valid."""
+    with_npu = {name: b.npu for name, b in builtin_boards().items() if b.npu}
+    assert {name: npu_name for name, npu_name in with_npu.items() if name.startswith("alif-")} == {
+        "alif-e7-dk-hp-u55": "ethos-u55-256", "alif-e7-dk-he-u55": "ethos-u55-128",
+        "alif-e8-dk-hp-u55": "ethos-u55-256", "alif-e8-dk-he-u55": "ethos-u55-128",
+        "alif-e8-dk-hp-u85": "ethos-u85-256", "alif-e8-dk-he-u85": "ethos-u85-256"}
+    for name, npu_name in with_npu.items():
+        assert load_config(write(tmp_path, f"board: {name}\n")).npu == npu(npu_name), name
+    assert load_config(write(tmp_path, "board: alif-e8-dk-hp-u85\n")).npu == Npu(
+        "ethos-u85-256", "Ethos_U85_SYS_DRAM_Mid", "Sram_Only")
+    hp = load_config(write(tmp_path, "board: alif-e8-dk-hp\ntarget: cortex-m\n"))
+    assert hp.npu is None and hp.board == "alif-e8-dk-hp"
 
 
 def test_a_run_for_another_npu_never_answers_from_anothers_cache_entry(tmp_path: Path) -> None:
