@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from qlint.records.results import Contributor, Figures, Finding, Report
+from qlint.records.results import NPU_PART, Contributor, Figures, Finding, Report
 from qlint.rules.table import Code
 from qlint.settings.budgets import Growth, Resolved, show
 from qlint.settings.config import Config
@@ -42,11 +42,16 @@ def _contributor_text(key: str, figures: Figures) -> str:
     items = _contributors(key, figures)
     if not items:
         return ""
-    heading = {"sram": "live at the peak", "flash": "largest constants"}.get(
-        key, "costliest ops (cycles)" if key in TIMED else "largest fp32 islands")
+    npu = any(c.name.startswith(NPU_PART) for c in items)
+    heading = {"sram": "live at the peak", "flash": "largest parts: NPU partitions and constants" if npu
+               else "largest constants"}.get(key, "costliest ops (cycles)" if key in TIMED else "largest fp32 islands")
     if key == "sram" and figures.method_allocator_bytes is not None:
-        heading = (f"arena {figures.arena_bytes:,} B + method allocator {figures.method_allocator_bytes:,} B; "
-                   "the method allocator and the tensors live at the peak")
+        scratch = "" if figures.npu_scratch_bytes is None else (
+            f" + NPU scratch {figures.npu_scratch_bytes:,} B (the largest partition's: partitions run one at a "
+            "time and reuse the temp allocator)")
+        parts = "the method allocator, each NPU partition's scratch" if scratch else "the method allocator"
+        heading = (f"arena {figures.arena_bytes:,} B + method allocator {figures.method_allocator_bytes:,} B"
+                   f"{scratch}; {parts} and the tensors live at the peak")
     return f"; {heading}: " + "; ".join(str(c) for c in items)
 
 

@@ -1,0 +1,97 @@
+"""Memory, budgets and every output of a check for an Ethos-U target: each NPU partition's Vela scratch
+joins SRAM and its command stream and weights are named in flash, for a `.pt2` lowered by the check
+and the `.pte` of the same lowering alike; every format, the baseline and the result cache answer an
+NPU `.pt2` as they answer a Cortex-M one.
+
+Two lowerings for the module (each runs Vela): the `.pte` of the attention whose division stays
+float (2 partitions), written here, and the check's own lowering of its `.pt2`, which the result
+cache then answers for every other run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli
+
+from qlint.fix.measure import AS_LOWERED_NPU
+from qlint.io.vela import NpuBlob
+
+pytestmark = pytest.mark.model("make_attention@npu")
+
+U55 = "ethos-u55-128"
+BUDGETS = "budgets: {sram: 4KiB, flash: 20KiB}\n"
+
+
+@pytest.fixture(scope="module")
+def lowered(quantized: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes,
+                                                                                               tuple[NpuBlob, ...]]:
+    """The attention's `.pt2` (quantized for the U55) in a folder with a budgets config, and the `.pte`
+    and delegate blobs of its lowering as Arm's flow writes it."""
+    import torch
+
+    from qlint.loading import ethos_u
+    from qlint.settings.npus import npu
+
+    folder = tmp_path_factory.mktemp("npu-memory")
+    program = quantized("make_attention", npu=U55)
+    torch.export.save(program, str(folder / "attention.pt2"))
+    lowering = ethos_u.lower(program, npu(U55))
+    data = bytes(lowering.edge.to_executorch().buffer)
+    (folder / "attention.pte").write_bytes(data)
+    (folder / ".qlint.yaml").write_text(BUDGETS)
+    return folder, data, tuple(lowering.delegation.blobs.values())
+
+
+def _scratch_and_blobs(blobs: tuple[NpuBlob, ...]) -> tuple[list[str], list[str]]:
+    """The SRAM and flash contributors each partition adds, as a QL009 message names them."""
+    sram = [f"NPU partition {k} scratch (Vela) (the SRAM the NPU works in, from the temp allocator while the "
+            f"partition runs): {b.sram:,}" for k, b in enumerate(blobs, 1)]
+    flash = [f"NPU partition {k} {part} (Vela) ({what}): {amount:,}" for k, b in enumerate(blobs, 1)
+             for part, what, amount in (("weights", "read by the NPU, in the .pte", b.flash),
+                                        ("command stream", "in the .pte", b.command_stream))]
+    return sram, flash
+
+
+def _check_memory(figures: dict[str, Any], findings: list[dict[str, Any]], pte: bytes,
+                  blobs: tuple[NpuBlob, ...], measured: str) -> None:
+    scratch = max(b.sram for b in blobs)
+    assert len(blobs) == 2 and figures["measured"] == measured
+    assert figures["npu_scratch_bytes"] == scratch
+    assert figures["sram_bytes"] == figures["arena_bytes"] + figures["method_allocator_bytes"] + scratch
+    assert figures["flash_bytes"] == len(pte)
+    budget = {f["details"]["budget"]: f for f in findings if f["code"] == "QL009"}
+    sram, flash = _scratch_and_blobs(blobs)
+    assert (f"arena {figures['arena_bytes']:,} B + method allocator {figures['method_allocator_bytes']:,} B "
+            f"+ NPU scratch {scratch:,} B (the largest partition's: partitions run one at a time and reuse the "
+            "temp allocator)") in budget["sram"]["message"]
+    assert all(part in budget["sram"]["message"] for part in sram)
+    assert "largest parts: NPU partitions and constants: " in budget["flash"]["message"]
+    assert all(part in budget["flash"]["message"] for part in flash)
+    names = [c["name"] for c in budget["flash"]["details"]["contributors"]]
+    assert {"NPU partition 1 weights (Vela)", "NPU partition 2 command stream (Vela)"} <= set(names)
+    amounts = [c["amount"] for c in budget["flash"]["details"]["contributors"]]
+    assert amounts == sorted(amounts, reverse=True)
+
+
+def test_npu_scratch_and_blobs_join_the_budgets_of_a_pt2_and_its_pte(
+        lowered: tuple[Path, bytes, tuple[NpuBlob, ...]], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, pte, blobs = lowered
+    monkeypatch.chdir(folder)
+    code, out, err = run_cli(["check", "attention.pt2", "--target", U55, "--output-format", "json",
+                              "--write", "metrics:pt2.json"], capsys)
+    assert code == 1, err
+    pt2 = json.loads((folder / "pt2.json").read_text())["artifacts"]["attention.pt2"]
+    _check_memory(pt2, json.loads(out)["findings"], pte, blobs, AS_LOWERED_NPU)
+
+    code, out, err = run_cli(["check", "attention.pte", "--output-format", "json", "--write", "metrics:pte.json"],
+                             capsys)
+    assert code == 1, err
+    shipped = json.loads((folder / "pte.json").read_text())["artifacts"]["attention.pte"]
+    _check_memory(shipped, json.loads(out)["findings"], pte, blobs, "the .pte as shipped")
+    same = ("arena_bytes", "method_allocator_bytes", "npu_scratch_bytes", "sram_bytes", "flash_bytes")
+    assert [pt2[k] for k in same] == [shipped[k] for k in same]
