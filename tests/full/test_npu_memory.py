@@ -95,3 +95,54 @@ def test_npu_scratch_and_blobs_join_the_budgets_of_a_pt2_and_its_pte(
     _check_memory(shipped, json.loads(out)["findings"], pte, blobs, "the .pte as shipped")
     same = ("arena_bytes", "method_allocator_bytes", "npu_scratch_bytes", "sram_bytes", "flash_bytes")
     assert [pt2[k] for k in same] == [shipped[k] for k in same]
+
+
+def test_every_format_the_baseline_and_the_result_cache_answer_an_npu_pt2(
+        lowered: tuple[Path, bytes, tuple[NpuBlob, ...]], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from qlint.loading import ethos_u
+    from qlint.rules.catalog import load_catalog
+
+    folder, _, blobs = lowered
+    monkeypatch.chdir(folder)
+    check = ["check", "attention.pt2", "--target", U55]
+    code, first, err = run_cli([*check, "--output-format", "json"], capsys)  # lowers, or the cache answers
+    assert code == 1, err
+
+    def lowering_again(*args: Any) -> Any:
+        raise AssertionError("the result cache did not answer")
+
+    monkeypatch.setattr(ethos_u, "lower", lowering_again)
+    code, again, err = run_cli([*check, "--output-format", "json"], capsys)
+    assert (code, again) == (1, first), err
+    data = json.loads(first)
+    [stats] = data["artifacts"]
+    assert (stats["target"], stats["partitions"]) == (U55, 2)
+    assert [(d["sram"], d["flash"], d["command_stream"]) for d in stats["delegates"]] == [
+        (b.sram, b.flash, b.command_stream) for b in blobs]
+    codes = ["QL001", "QL007", "QL009", "QL009", "QL010"]
+    assert sorted(f["code"] for f in data["findings"]) == codes
+    by_code = {f["code"]: f for f in data["findings"]}
+
+    code, out, _ = run_cli([*check, "--output-format", "sarif"], capsys)
+    results = json.loads(out)["runs"][0]["results"]
+    assert code == 1 and sorted(r["ruleId"] for r in results) == codes
+    assert {r["ruleId"]: r["message"]["text"] for r in results}["QL010"] == by_code["QL010"]["message"]
+    assert {r["properties"]["artifact"] for r in results} == {"attention.pt2"}
+
+    code, out, _ = run_cli([*check, "--output-format", "github"], capsys)
+    name = load_catalog()["QL010"].name
+    assert code == 1 and sorted(line.split("title=")[1][:5] for line in out.splitlines()) == codes
+    where = by_code["QL010"]["location"]
+    assert (f"::warning file={where['path']},line={where['line']},title=QL010 {name}::attention.pt2: "
+            f"{by_code['QL010']['message']}") in out.splitlines()
+
+    code, out, _ = run_cli([*check, "--output-format", "markdown"], capsys)
+    sram, flash = ("/".join(f"{getattr(b, part):,}" for b in blobs) for part in ("sram", "flash"))
+    assert code == 1 and f"| 2 on {U55}: SRAM {sram} B, flash {flash} B |" in out
+
+    code, out, err = run_cli([*check, "--write-baseline", "baseline.json"], capsys)
+    assert code == 0, err
+    code, out, err = run_cli([*check, "--baseline", "baseline.json", "--output-format", "json"], capsys)
+    assert (code, json.loads(out)["findings"]) == (0, []), err
+    assert json.loads(out)["artifacts"] == data["artifacts"]
