@@ -102,6 +102,7 @@ class ArtifactStats:
     target: str = ""                  # the NPU the program was lowered for; "": the Cortex-M CPU alone
     partitions: int | None = None     # delegate calls (NPU partitions); None: not lowered for an NPU
     delegates: tuple[NpuBlob, ...] = ()  # each delegate call's command stream, flash and SRAM, in execution order
+    npu_nodes: dict[str, int] = field(default_factory=dict)  # node id (Model Explorer) -> its NPU partition, from 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -146,3 +146,37 @@ def test_every_format_the_baseline_and_the_result_cache_answer_an_npu_pt2(
     code, out, err = run_cli([*check, "--baseline", "baseline.json", "--output-format", "json"], capsys)
     assert (code, json.loads(out)["findings"]) == (0, []), err
     assert json.loads(out)["artifacts"] == data["artifacts"]
+
+
+def test_the_model_explorer_overlay_marks_npu_partitions_and_cpu_fallbacks(
+        lowered: tuple[Path, bytes, tuple[NpuBlob, ...]], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("model_explorer")
+    folder = lowered[0]
+    monkeypatch.chdir(folder)
+    placed = {}
+    for artifact, extra in (("attention.pt2", ["--target", U55]), ("attention.pte", [])):
+        code, out, err = run_cli(["check", artifact, *extra, "--output-format", "json",
+                                  "--write", "model-explorer:overlay"], capsys)
+        assert code == 1, err
+        [fallback] = [f for f in json.loads(out)["findings"] if f["code"] == "QL010"]
+        overlay = json.loads((folder / "overlay" / f"{artifact}.placement.json").read_text())
+        [(graph, data)] = overlay.items()
+        assert graph == ("graph" if artifact.endswith(".pt2") else "forward")
+        assert data["name"] == f"qlint: where each node runs ({U55})"
+        placed[artifact] = {node: (r["value"], r["bgColor"]) for node, r in data["results"].items()}
+        assert {node for node, (label, _) in placed[artifact].items() if label == "cpu fallback"} == set(
+            fallback["details"]["graph_nodes"])
+    npu, cpu = "#b7e4c7", "#f4a261"
+    # The .pt2: the nodes each partition was lowered from, by their names in the quantized program; the
+    # float division between them on the CPU; the CPU's own quantize at the input is neither.
+    pt2 = placed["attention.pt2"]
+    assert {node: pt2[node] for node in ("linear", "linear_1", "bmm", "amax", "exp", "linear_3", "div")} == {
+        "linear": ("npu partition 1", npu), "linear_1": ("npu partition 1", npu), "bmm": ("npu partition 1", npu),
+        "amax": ("npu partition 2", npu), "exp": ("npu partition 2", npu), "linear_3": ("npu partition 2", npu),
+        "div": ("cpu fallback", cpu)}
+    assert "quantize_per_tensor" not in pt2 and len(pt2) > 40
+    # The .pte: one instruction per delegate call, and the division's instruction.
+    assert sorted(label for label, _ in placed["attention.pte"].values()) == [
+        "cpu fallback", "npu partition 1", "npu partition 2"]
+    assert all(node.startswith("forward_0_") for node in placed["attention.pte"])
