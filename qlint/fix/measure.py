@@ -5,9 +5,12 @@ A budget is about what ships, so a `.pt2` or a target is measured as `--fix` wou
 (folded; the same program when nothing folds); a check does not run it (`measure`). When the fix
 cannot be made, the
 lowered program is measured as it is, and the figures say so. A `.pte` is measured from its own
-plan (`qlint.loading.pte`). SRAM is the planned arena (activations and the CMSIS-NN scratch buffers
-ExecuTorch plans into it) plus what loading the program takes from the method allocator
-(`qlint.device.memory.method_allocator_bytes`); flash is the `.pte`'s length.
+plan (`qlint.loading.pte`). A program lowered for an Ethos-U is measured as lowered (`--fix` writes
+no NPU program), serialized as `to_executorch` serializes it. SRAM is the planned arena (activations
+and the CMSIS-NN scratch buffers ExecuTorch plans into it) plus what loading the program takes from
+the method allocator (`qlint.device.memory.method_allocator_bytes`) plus, with NPU partitions, the
+largest partition's Vela scratch; flash is the `.pte`'s length, the partitions' command streams and
+weights included.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
     from qlint.full.rules import Linted
 
 AS_FIXED = "as --fix writes it"
+# `--fix` writes no program lowered for an NPU: its figures are of the lowered program, serialized.
+AS_LOWERED_NPU = "as lowered for the NPU, serialized (--fix does not write NPU programs)"
 
 
 def figures(artifact: str, measured: str, checked: list[Finding], stats: ArtifactStats,
@@ -42,7 +47,8 @@ def figures(artifact: str, measured: str, checked: list[Finding], stats: Artifac
     figures = Figures.of(artifact, measured, checked, stats, findings)
     if serialized is not None:
         figures.with_memory(serialized.arena_bytes, serialized.peak.bytes if serialized.peak else None,
-                            len(serialized.pte), serialized.method_bytes, serialized.at_peak, serialized.constants)
+                            len(serialized.pte), serialized.method_bytes, serialized.at_peak, serialized.constants,
+                            stats.delegates)
     return figures
 
 
@@ -63,6 +69,8 @@ def measure(program: Any, linted: Linted, artifact: str, config: Config, inputs:
     as lowered, with that reason."""
     if linted.lowered is None:
         return figures(artifact, "not lowered: no memory plan", linted.findings, linted.stats, linted.findings, None)
+    if config.npu is not None:
+        return _as_lowered(linted, artifact, config, AS_LOWERED_NPU)
     try:
         fixed, repairs = fixable_lint(program, artifact, config, options, linted)
         if not inputs:
@@ -74,9 +82,13 @@ def measure(program: Any, linted: Linted, artifact: str, config: Config, inputs:
         return figures(artifact, AS_FIXED, linted.findings, after.stats, after.findings, serialized)
     except FixError as exc:
         why = str(exc).removeprefix("cannot fix: ")
+    return _as_lowered(linted, artifact, config, f"as lowered, unfolded (--fix would not write it: {why})")
+
+
+def _as_lowered(linted: Linted, artifact: str, config: Config, measured: str) -> Figures:
+    """The figures of the lowered program as it is, serialized as ExecuTorch serializes it."""
     try:
         serialized = to_pte(linted.lowered, config.root)
     except FixError as exc:
         return figures(artifact, f"not serialized: {exc}", linted.findings, linted.stats, linted.findings, None)
-    return figures(artifact, f"as lowered, unfolded (--fix would not write it: {why})", linted.findings,
-                   linted.stats, linted.findings, serialized)
+    return figures(artifact, measured, linted.findings, linted.stats, linted.findings, serialized)

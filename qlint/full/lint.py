@@ -70,9 +70,10 @@ def lint_pte(data: bytes, artifact: str, config: Config, measure: bool = False, 
     report = Report(findings=linted.findings, stats=[linted.stats], memory=[memory] if memory is not None else [])
     if measure:
         figures = Figures.of(artifact, "the .pte as shipped", linted.findings, linted.stats, linted.findings)
-        figures.flash_bytes, figures.flash = len(data), shipped.constants
+        figures.with_flash(len(data), shipped.constants, linted.stats.delegates)
         if memory is not None:
             figures.with_memory(memory.arena_bytes, memory.peak.bytes, len(data), method_allocator_bytes(shipped.plan),
-                                peak_contributors(shipped.buffers, memory.peak.step), figures.flash)
+                                peak_contributors(shipped.buffers, memory.peak.step), shipped.constants,
+                                linted.stats.delegates)
         report.figures.append(figures)
     return report

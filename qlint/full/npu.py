@@ -9,7 +9,7 @@ from typing import Any
 from qlint.analysis.npu_causes import causes
 from qlint.analysis.partitions import Fallback, partitions
 from qlint.loading.ethos_u import Delegation
-from qlint.loading.view import GraphView, op_name, output_dtype
+from qlint.loading.view import GraphView, numel, op_name, output_dtype
 from qlint.records.results import Finding
 from qlint.rules.table import Code
 
@@ -22,8 +22,15 @@ def fallback_findings(view: GraphView, delegation: Delegation, make: MakeFinding
     """One finding per op the NPU does not run that computes on the CPU in float, and per integer op on
     the CPU that splits a partition."""
     found = partitions(view)
-    return [_finding(make, delegation, fallback, found.count) for fallback in found.fallbacks
-            if fallback.float or fallback.splits]
+    return [_finding(make, delegation, fallback, found.count, _graph_nodes(view, fallback))
+            for fallback in found.fallbacks if fallback.float or fallback.splits]
+
+
+def _graph_nodes(view: GraphView, fallback: Fallback) -> dict[str, int]:
+    """The op by its id in the checked program (what `--write model-explorer:` marks), with the fp32
+    elements it materializes when it computes in float."""
+    name = view.source_name(fallback.node)
+    return {} if name is None else {name: numel(fallback.node) if fallback.float else 0}
 
 
 def where_it_runs(fallback: Fallback, count: int) -> str:
@@ -37,7 +44,8 @@ def where_it_runs(fallback: Fallback, count: int) -> str:
     return f"runs on the CPU after NPU partition {fallback.after + 1}"
 
 
-def _finding(make: MakeFinding, delegation: Delegation, fallback: Fallback, count: int) -> Finding:
+def _finding(make: MakeFinding, delegation: Delegation, fallback: Fallback, count: int,
+             graph_nodes: dict[str, int]) -> Finding:
     node = fallback.node
     dtype = str(output_dtype(node)).removeprefix("torch.")
     said = causes(node, delegation) if delegation.rejections else []
@@ -48,5 +56,6 @@ def _finding(make: MakeFinding, delegation: Delegation, fallback: Fallback, coun
     details: dict[str, Any] = dict(op=op_name(node), dtype=dtype, npu=delegation.npu,
         partitions=count, after_partition=None if fallback.after is None else fallback.after + 1,
         splits=fallback.splits, causes=said,
-        reasons=[{"check": r.check, "reason": r.reason} for r in delegation.rejections.get(node.name, ())])
+        reasons=[{"check": r.check, "reason": r.reason} for r in delegation.rejections.get(node.name, ())],
+        graph_nodes=graph_nodes)
     return make(Code.NPU_FALLBACK, message, (node,), **details)

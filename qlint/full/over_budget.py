@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from qlint.records.results import Contributor, Figures, Finding, Report
+from qlint.records.results import NPU_PART, Contributor, Figures, Finding, Report
 from qlint.rules.table import Code
 from qlint.settings.budgets import Growth, Resolved, show
 from qlint.settings.config import Config
@@ -42,12 +42,22 @@ def _contributor_text(key: str, figures: Figures) -> str:
     items = _contributors(key, figures)
     if not items:
         return ""
-    heading = {"sram": "live at the peak", "flash": "largest constants"}.get(
-        key, "costliest ops (cycles)" if key in TIMED else "largest fp32 islands")
+    npu = any(c.name.startswith(NPU_PART) for c in items)
+    heading = {"sram": "live at the peak", "flash": "largest parts: NPU partitions and constants" if npu
+               else "largest constants"}.get(key, "costliest ops (cycles)" if key in TIMED else "largest fp32 islands")
     if key == "sram" and figures.method_allocator_bytes is not None:
-        heading = (f"arena {figures.arena_bytes:,} B + method allocator {figures.method_allocator_bytes:,} B; "
-                   "the method allocator and the tensors live at the peak")
+        heading = _sram_heading(figures)
     return f"; {heading}: " + "; ".join(str(c) for c in items)
+
+
+def _sram_heading(figures: Figures) -> str:
+    """What SRAM adds up, and what its contributors are: with NPU partitions, the largest one's scratch."""
+    total = f"arena {figures.arena_bytes:,} B + method allocator {figures.method_allocator_bytes:,} B"
+    if figures.npu_scratch_bytes is None:
+        return f"{total}; the method allocator and the tensors live at the peak"
+    return (f"{total} + NPU scratch {figures.npu_scratch_bytes:,} B (the largest partition's: partitions run one "
+            "at a time and reuse the temp allocator); the method allocator, each NPU partition's scratch (the "
+            "largest counted), and the tensors live at the arena's peak")
 
 
 def _finding(config: Config, figures: Figures, key: str, message: str, details: dict[str, Any]) -> Finding:

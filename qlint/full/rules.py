@@ -31,7 +31,7 @@ from qlint.analysis.islands import (
     fp32_total,
 )
 from qlint.analysis.npu_causes import causes as npu_causes
-from qlint.analysis.partitions import cpu_ops
+from qlint.analysis.partitions import cpu_ops, partitions
 from qlint.analysis.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.analysis.validity import Invalid, find_invalid, restorable
 from qlint.analysis.values import Unchecked
@@ -391,6 +391,29 @@ def graph_nodes(view: GraphView, counts: dict[Node, int]) -> dict[str, int]:
     return named
 
 
+def npu_nodes(view: GraphView) -> dict[str, int]:
+    """Each node an NPU partition runs, by its id in the checked program, with the partition's number
+    (from 1, in execution order, as QL010 counts them): what `--write model-explorer:` marks as NPU
+    work. A `.pte`'s delegate call is one instruction; a `.pt2`'s partition is the nodes of the
+    partition's own graph, each mapped back as a lowered node is."""
+    found: dict[str, int] = {}
+    for number, call in enumerate(partitions(view).delegates, 1):
+        for node in (call, *_delegated(view, call)):
+            name = view.source_name(node)
+            if name is not None and node.op == "call_function":
+                found.setdefault(name, number)
+    return found
+
+
+def _delegated(view: GraphView, call: Node) -> list[Node]:
+    """The nodes of a delegate call's partition (`LoweredBackendModule.original_module`); none for a
+    `.pte`, which keeps only the compiled blob."""
+    target = getattr(call.args[0], "target", None) if call.args else None
+    lowered = getattr(view.program.graph_module, str(target), None) if target is not None else None
+    original = getattr(lowered, "original_module", None)
+    return list(original.graph.nodes) if original is not None else []
+
+
 def costliest(view: GraphView, cost: ProgramCost, root: Path, shown: int = 20) -> tuple[Contributor, ...]:
     """The ops that take the most of the estimate, costliest first, at their model source lines: what a
     latency or cycles budget names (its first five) and the time plot draws."""
@@ -468,6 +491,7 @@ def run_rules(
         target=delegation.npu if delegation else "",
         partitions=len(delegation.blobs) if delegation else None,
         delegates=tuple(delegation.blobs.values()) if delegation else (),
+        npu_nodes=npu_nodes(view) if delegation else {},
     )
     return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure)
 

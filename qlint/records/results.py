@@ -102,6 +102,7 @@ class ArtifactStats:
     target: str = ""                  # the NPU the program was lowered for; "": the Cortex-M CPU alone
     partitions: int | None = None     # delegate calls (NPU partitions); None: not lowered for an NPU
     delegates: tuple[NpuBlob, ...] = ()  # each delegate call's command stream, flash and SRAM, in execution order
+    npu_nodes: dict[str, int] = field(default_factory=dict)  # node id (Model Explorer) -> its NPU partition, from 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -233,7 +234,8 @@ class Figures:
     arena_bytes: int | None = None      # planned (non_const_buffer_sizes)
     live_peak_bytes: int | None = None
     method_allocator_bytes: int | None = None  # Method::init's values, tensor metadata, argument lists
-    sram_bytes: int | None = None       # what the SRAM budget holds: the arena and the method allocator
+    npu_scratch_bytes: int | None = None  # the largest NPU partition's Vela scratch; None: no NPU partitions
+    sram_bytes: int | None = None       # what the SRAM budget holds: the arena, the method allocator, the NPU scratch
     flash_bytes: int | None = None      # the .pte's length
     sram: tuple[Contributor, ...] = ()  # tensors live at the peak, largest first
     flash: tuple[Contributor, ...] = ()  # the largest constants
@@ -246,7 +248,8 @@ class Figures:
     measured_runs: int = 0              # 0: cycles estimated; else measured, the median of this many runs
 
     METRICS = ("fp32_islands", "fp32_elements", "coverage", "arena_bytes", "live_peak_bytes",
-               "method_allocator_bytes", "sram_bytes", "flash_bytes", "cycles", "fp32_cycles", "latency_ms")
+               "method_allocator_bytes", "npu_scratch_bytes", "sram_bytes", "flash_bytes", "cycles", "fp32_cycles",
+               "latency_ms")
 
     @classmethod
     def of(cls, artifact: str, measured: str, checked: list[Finding], stats: ArtifactStats,
@@ -265,19 +268,55 @@ class Figures:
         self.time, self.measured_runs = stats.costliest, stats.measured_runs
 
     def with_memory(self, arena: int, live_peak: int | None, flash: int, method_bytes: int,
-                    at_peak: tuple[Contributor, ...], constants: tuple[Contributor, ...]) -> None:
+                    at_peak: tuple[Contributor, ...], constants: tuple[Contributor, ...],
+                    delegates: tuple[NpuBlob, ...] = ()) -> None:
         """The memory figures of the measured program. SRAM as budgeted is the planned arena plus what
-        loading the program takes from the method allocator, which leads the SRAM contributors."""
-        self.arena_bytes, self.live_peak_bytes, self.flash_bytes = arena, live_peak, flash
-        self.method_allocator_bytes, self.sram_bytes = method_bytes, arena + method_bytes
+        loading the program takes from the method allocator, which leads the SRAM contributors, plus,
+        with NPU partitions (`delegates`, in execution order), the largest partition's Vela scratch:
+        ExecuTorch's Ethos-U backend takes each partition's scratch from the temp allocator when the
+        partition runs, and the method resets that allocator after every instruction, so partitions,
+        which run one at a time, reuse it."""
+        scratch = max((d.sram for d in delegates), default=None)
+        self.arena_bytes, self.live_peak_bytes, self.npu_scratch_bytes = arena, live_peak, scratch
+        self.method_allocator_bytes, self.sram_bytes = method_bytes, arena + method_bytes + (scratch or 0)
         self.sram = (Contributor("method allocator", method_bytes, "values, tensor metadata and kernel argument "
-                                 "lists Method::init allocates; 64-bit layout, an upper bound on Cortex-M"), *at_peak)
-        self.flash = constants
+                                 "lists Method::init allocates; 64-bit layout, an upper bound on Cortex-M"),
+                     *npu_scratch(delegates), *at_peak)
+        self.with_flash(flash, constants, delegates)
+
+    def with_flash(self, flash: int, constants: tuple[Contributor, ...], delegates: tuple[NpuBlob, ...] = ()) -> None:
+        """Flash: the `.pte`'s length. Each NPU partition's command stream and weights are inside it (the
+        Vela blob the delegate call holds), so they are named beside the largest constants, largest first."""
+        self.flash_bytes = flash
+        self.flash = tuple(sorted((*npu_flash(delegates), *constants), key=lambda c: -c.amount))
 
     def to_dict(self) -> dict[str, Any]:
         """The figures `--write metrics:` and `--compare` exchange (contributors are the report's)."""
         return {"measured": self.measured, "findings": dict(sorted(self.findings.items())),
                 **{key: getattr(self, key) for key in self.METRICS}, "cycles_measured_runs": self.measured_runs}
+
+
+NPU_PART = "NPU partition"   # how a contributor names a delegate call, counted from 1 in execution order
+
+
+def npu_scratch(delegates: tuple[NpuBlob, ...]) -> tuple[Contributor, ...]:
+    """Each NPU partition's scratch as an SRAM contributor; the largest is what SRAM counts."""
+    return tuple(Contributor(f"{NPU_PART} {k} scratch (Vela)", d.sram, "the SRAM the NPU works in, from the temp "
+                             "allocator while the partition runs") for k, d in enumerate(delegates, 1))
+
+
+def npu_flash(delegates: tuple[NpuBlob, ...]) -> tuple[Contributor, ...]:
+    """Each NPU partition's weights and command stream as flash contributors. Weights Vela placed in an
+    external data file (a `.ptd`) are not in the `.pte`: named with 0 bytes, and said not to be counted."""
+    found = []
+    for k, d in enumerate(delegates, 1):
+        if d.external_weights:
+            found.append(Contributor(f"{NPU_PART} {k} weights (Vela)", 0, "in an external data file, not in the "
+                                     ".pte: not counted"))
+        else:
+            found.append(Contributor(f"{NPU_PART} {k} weights (Vela)", d.flash, "read by the NPU, in the .pte"))
+        found.append(Contributor(f"{NPU_PART} {k} command stream (Vela)", d.command_stream, "in the .pte"))
+    return tuple(found)
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,8 @@ def deltas(report: Report, base: dict[str, dict[str, Any]]) -> list[Delta]:
 
 TIMED = ("cycles", "fp32_cycles", "latency")  # figures a profile measures (else estimated)
 _SHOWN = {"fp32_islands": "fp32_islands", "fp32_elements": "fp32_elements", "coverage": "coverage",
-          "arena_bytes": "sram", "live_peak_bytes": "sram", "method_allocator_bytes": "sram", "sram_bytes": "sram",
+          "arena_bytes": "sram", "live_peak_bytes": "sram", "method_allocator_bytes": "sram",
+          "npu_scratch_bytes": "sram", "sram_bytes": "sram",
           "flash_bytes": "flash", "cycles": "cycles", "fp32_cycles": "fp32_cycles", "latency_ms": "latency"}
 
 

@@ -10,8 +10,11 @@ Two node-data files per program: the fp32 elements each node materializes per
 inference (a colour gradient; a node that lowering split, `layer_norm` into
 `native_layer_norm` and `getitem`, carries what all its parts count), and the
 rule code and cause (a label); a third for a lowered program, the estimated cycles of each
-node's ops on the run's core (`qlint.device.cost`), so the time overlays the official view too. They are
-built with Model Explorer's own node-data classes, so they are what it loads.
+node's ops on the run's core (`qlint.device.cost`), so the time overlays the official view too; for a
+program lowered for an Ethos-U, where each node runs: `npu partition N` for the nodes a delegate call
+runs (a `.pt2`'s nodes of the partition, a `.pte`'s delegate call instruction) and `cpu fallback`
+for the nodes QL010 reports. They are built with Model Explorer's own node-data classes, so they
+are what it loads.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from qlint.records.results import Finding, Report
+from qlint.records.results import ArtifactStats, Finding, Report
 from qlint.rules.catalog import load_catalog
 from qlint.rules.table import Code
 
 FP32_SUFFIX = ".fp32.json"
 FINDINGS_SUFFIX = ".findings.json"
 TIME_SUFFIX = ".cycles.json"
+PLACEMENT_SUFFIX = ".placement.json"
+NPU_COLOUR, FALLBACK_COLOUR = "#b7e4c7", "#f4a261"
 _LABEL_CHARS = 100
 # Room for the longest suffix (`.findings.json`) in a 255-byte file name.
 _STEM_BYTES = 255 - len(FINDINGS_SUFFIX)
@@ -76,7 +81,26 @@ def overlay_files(report: Report) -> dict[str, str]:
                 gradient=[GradientItem(stop=0, bgColor="#e3f0fb"), GradientItem(stop=1, bgColor="#1b3a6b")],
             )
             files[stem + TIME_SUFFIX] = ModelNodeData(graphsData={stats.graph: time}).to_json_string(indent=2)
+        if stats.partitions is not None:
+            placed = GraphNodeData(
+                name=f"qlint: where each node runs ({stats.target})",
+                results={node: NodeDataResult(value=label, bgColor=NPU_COLOUR if label.startswith("npu")
+                                              else FALLBACK_COLOUR)
+                         for node, label in placement(stats, report.findings).items()},
+            )
+            files[stem + PLACEMENT_SUFFIX] = ModelNodeData(graphsData={stats.graph: placed}).to_json_string(indent=2)
     return files
+
+
+def placement(stats: ArtifactStats, findings: list[Finding]) -> dict[str, str]:
+    """Per node id of a program lowered for an NPU: `npu partition N` for the nodes a partition runs,
+    `cpu fallback` for the nodes of its QL010 findings (the ops the NPU leaves to the CPU in float,
+    or that split a partition)."""
+    placed = {node: f"npu partition {number}" for node, number in stats.npu_nodes.items()}
+    for finding in findings:
+        if finding.artifact == stats.artifact and finding.code == Code.NPU_FALLBACK:
+            placed.update(dict.fromkeys(finding.details.get("graph_nodes") or {}, "cpu fallback"))
+    return placed
 
 
 def node_values(findings: list[Finding]) -> tuple[dict[str, int], dict[str, str]]:
