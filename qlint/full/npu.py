@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from torch.fx import Node
+
 from qlint.analysis.npu_causes import causes
 from qlint.analysis.partitions import Fallback, partitions
 from qlint.loading.ethos_u import Delegation
-from qlint.loading.view import GraphView, numel, op_name, output_dtype
+from qlint.loading.view import GraphView, numel, op_name, output_dtype, output_value
 from qlint.records.results import Finding
 from qlint.rules.table import Code
 
@@ -59,3 +61,26 @@ def _finding(make: MakeFinding, delegation: Delegation, fallback: Fallback, coun
         reasons=[{"check": r.check, "reason": r.reason} for r in delegation.rejections.get(node.name, ())],
         graph_nodes=graph_nodes)
     return make(Code.NPU_FALLBACK, message, (node,), **details)
+
+
+def miswired_calls(view: GraphView, delegation: Delegation, make: MakeFinding) -> list[Finding]:
+    """QL007 for each delegate call whose tensors are not the ones its command stream reads and writes.
+    ExecuTorch's Ethos-U backend copies a call's first arguments into the stream's inputs and takes
+    output i from argument `inputs + i` (the blob's counts): a call with another number of inputs (a
+    partition Vela compiled to read none, called with one) has its outputs written over other tensors."""
+    found = []
+    for number, node in enumerate(partitions(view).delegates, start=1):
+        blob = delegation.blobs.get(node.name)
+        inputs = [a for a in node.args[1:] if isinstance(a, Node)]
+        value = output_value(node)
+        outputs = len(value) if isinstance(value, (tuple, list)) else 1
+        if blob is None or (len(inputs), outputs) == (len(blob.inputs), len(blob.outputs)):
+            continue
+        message = (f"lowered program cannot run as lowered: NPU partition {number} is called with {len(inputs)} "
+                   f"input{'s' if len(inputs) != 1 else ''} and {outputs} output{'s' if outputs != 1 else ''}, and "
+                   f"Vela's command stream for it reads {len(blob.inputs)} and writes {len(blob.outputs)}: the "
+                   "Ethos-U backend would write its outputs over other tensors")
+        found.append(make(Code.LOWERED_PROGRAM_INVALID, message, (node,), op=op_name(node), partition=number,
+                          call_inputs=len(inputs), call_outputs=outputs, stream_inputs=len(blob.inputs),
+                          stream_outputs=len(blob.outputs)))
+    return found

@@ -36,7 +36,7 @@ from qlint.analysis.regions import ISLAND_CODES, Analysis, Evaluations, Region, 
 from qlint.analysis.validity import Invalid, find_invalid, restorable
 from qlint.analysis.values import Unchecked
 from qlint.device.cost import ProgramCost, compare, core_of, estimate
-from qlint.full.npu import NO_REASONS, fallback_findings
+from qlint.full.npu import NO_REASONS, fallback_findings, miswired_calls
 from qlint.io.limits import MIB
 from qlint.io.reads import first_line
 from qlint.loading.ethos_u import Delegation
@@ -331,7 +331,8 @@ def lowered_program_invalid(context: Context) -> list[Finding]:
     if context.failure is not None or not context.view.lowered:
         return []  # the quantized program QL003 falls back on is not meant to run on the device
     if context.delegation is not None:
-        return [npu_unchecked(context, context.delegation)]
+        miswired = miswired_calls(context.view, context.delegation, context.factory.finding)
+        return miswired or [npu_unchecked(context, context.delegation)]
     invalid = find_invalid(context.view, [] if context.values_verified else check_inputs(context.view.quantized))
     return [invalid_finding(context.view, context.factory, invalid)] if invalid is not None else []
 

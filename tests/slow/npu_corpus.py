@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import executorch_corpus as corpus_lib
-from conftest import ROOT
+from conftest import ROOT, code_of
 
 PACKAGE = "executorch.backends.arm.test"
 NPUS = ("ethos-u55-128", "ethos-u85-256")
@@ -178,10 +178,13 @@ def _build_one(case: Case, accelerator: str, folder: Path) -> str | None:
 
 def cache_key() -> str:
     """The stack's versions and a hash of the sources that decide what is built: the Arm test modules
-    read, this file (the recipes), qlint's quantizer and lowering."""
+    read, this file (the recipes), qlint's quantizer and lowering; qlint's by their code alone
+    (`code_of`: a docstring or comment changes nothing built)."""
     digest = hashlib.sha256(Path(__file__).read_text().encode())
-    for path in [*(_module_path(module) for module, _, _ in _recipes()), *(ROOT / s for s in QLINT_SOURCES)]:
+    for path in (_module_path(module) for module, _, _ in _recipes()):
         digest.update(path.name.encode() + (path.read_bytes() if path.exists() else b""))
+    for path in (ROOT / s for s in QLINT_SOURCES):
+        digest.update(path.name.encode() + code_of(path))
     versions = "-".join(f"{name}{importlib.metadata.version(name)}" for name in VERSIONED)
     return f"{versions}-{digest.hexdigest()[:16]}"
 
