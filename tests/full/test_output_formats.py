@@ -74,7 +74,7 @@ def test_sarif_is_valid_sarif_2_1_0(attention: Path, capsys: pytest.CaptureFixtu
     assert first["region"]["startLine"] > 0
     rules = sarif["runs"][0]["tool"]["driver"]["rules"]
     assert [r["id"] for r in rules] == ["QL001", "QL002", "QL003", "QL004", "QL005", "QL006", "QL007", "QL008",
-                                         "QL009"]
+                                         "QL009", "QL010"]
 
 
 def test_text_output_and_summary_table(attention: Path, capsys: pytest.CaptureFixture[str]) -> None:

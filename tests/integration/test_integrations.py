@@ -250,7 +250,7 @@ def test_editable_install_is_quiet_and_ships_the_catalog(tmp_path: Path) -> None
         [python, "-c", "import qlint.rules.catalog as c, importlib.resources as r; "
                        "print(len(c.load_catalog()), r.files('qlint._rules').joinpath('QL001.yaml').read_text()[:11])"],
         cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-    assert where.split("\n")[0] == "9 code: QL001"
+    assert where.split("\n")[0] == "10 code: QL001"
 
 
 def run_step(step: dict, inputs: dict[str, str], workspace: Path, tmp: Path, path: str | None = None,
