@@ -174,7 +174,8 @@ def test_a_board_gives_cycles_and_milliseconds_for_the_artifact_and_each_finding
     [unclocked] = plain["artifacts"]
     assert unclocked["core"] == "cortex-m55 (MVE kernels, FPU)" and unclocked["latency_ms"] is None
     code, _, err = run_cli(["check", "--board", "no-such-board", str(attention)], capsys)
-    assert code == 2 and err.startswith("qlint: --board: unknown board 'no-such-board' (known: alif-e7-dk-he-u55, alif-e7-dk-hp-u55, alif-e8-dk-he,")
+    assert code == 2 and err.startswith("qlint: --board: unknown board 'no-such-board' (known: alif-e7-dk-he-u55, "
+                                        "alif-e7-dk-hp-u55, alif-e8-dk-he,")
 
 
 @pytest.mark.model("make_attention")
