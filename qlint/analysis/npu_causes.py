@@ -11,11 +11,12 @@ says no check accepted the node: it is replaced by what the node is.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from torch.fx import Node
 
-from qlint.loading.ethos_u import GENERIC_REASON, Delegation, Rejection
+from qlint.loading.ethos_u import GENERIC_REASON, RAISED, Delegation, Rejection
 from qlint.loading.view import base_name, is_float, op_name, output_dtype
 
 Derive = Callable[[Node, Rejection, Delegation], str]
@@ -71,8 +72,8 @@ def _input_dtype(wanted: str) -> Derive:
 def _other_dtype(node: Node, rejection: Rejection, delegation: Delegation) -> str:
     """`CheckDtypeInputsAndOutputs`: an input or output dtype the specification does not take."""
     profile = "integer-only " if _integer_only(delegation) else ""
-    for arg in node.all_input_nodes:
-        if arg.name in rejection.reason:
+    for arg in sorted(node.all_input_nodes, key=lambda a: -len(a.name)):  # `x_1` before `x`
+        if re.search(rf"(?<![\w.]){re.escape(arg.name)}(?![\w])", rejection.reason):
             return (f"a {_dtype_name(arg)} input ({arg.name}) that {_family(delegation)}'s {profile}TOSA profile "
                     "does not take")
     return f"{rejection.reason.rstrip('.')} ({delegation.tosa_spec})"
@@ -95,10 +96,13 @@ def causes(node: Node, delegation: Delegation) -> list[str]:
     rejections = delegation.rejections.get(node.name, ())
     said: list[str] = []
     for rejection in sorted(rejections, key=lambda r: r.check not in ("CheckArmQuantized", "CheckProperQuantization")):
-        if rejection.reason == GENERIC_REASON:
-            continue
+        if rejection.reason == GENERIC_REASON or rejection.reason.startswith(RAISED):
+            continue  # a check run on a node its chain would not give it may raise: `details.reasons` keeps it
         derive = DERIVED.get(rejection.check)
-        sentence = derive(node, rejection, delegation) if derive else f"{rejection.reason.rstrip('.')}"
+        if not rejection.reason.strip():  # a check that refused without saying why: its name is all there is
+            sentence = f"refused by ExecuTorch's {rejection.check}"
+        else:
+            sentence = derive(node, rejection, delegation) if derive else rejection.reason.rstrip(".")
         if sentence not in said:
             said.append(sentence)
     if not said and any(r.reason == GENERIC_REASON for r in rejections):

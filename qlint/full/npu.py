@@ -17,6 +17,9 @@ from qlint.rules.table import Code
 
 MakeFinding = Callable[..., Finding]  # `FindingFactory.finding`: (code, message, nodes, **details)
 
+# An op on the CPU no support check refused: the partitioner left it out of every partition (a
+# partition-level rule, recorded when it gives one).
+UNREFUSED = "no support check refused it: the partitioner left it out of every partition"
 NO_REASONS = "a .pte does not record why the partitioner left it; check the .pt2 or the config target for the cause"
 
 
@@ -50,8 +53,8 @@ def _finding(make: MakeFinding, delegation: Delegation, fallback: Fallback, coun
              graph_nodes: dict[str, int]) -> Finding:
     node = fallback.node
     dtype = str(output_dtype(node)).removeprefix("torch.")
-    said = causes(node, delegation) if delegation.rejections else []
-    why = "; ".join(said) if said else NO_REASONS
+    said = causes(node, delegation) if delegation.recorded else []
+    why = "; ".join(said) if said else NO_REASONS if not delegation.recorded else UNREFUSED
     split = ", splitting the NPU's work" if fallback.splits else ""
     message = (f"{op_name(node)} ({dtype}) {where_it_runs(fallback, count)}{split}; "
                f"{count} NPU partition{'s' if count != 1 else ''} on {delegation.npu}: {why}")
@@ -71,7 +74,7 @@ def miswired_calls(view: GraphView, delegation: Delegation, make: MakeFinding) -
     found = []
     for number, node in enumerate(partitions(view).delegates, start=1):
         blob = delegation.blobs.get(node.name)
-        inputs = [a for a in node.args[1:] if isinstance(a, Node)]
+        inputs = [a for a in node.args if isinstance(a, Node) and a.op != "get_attr"]  # not the lowered module
         value = output_value(node)
         outputs = len(value) if isinstance(value, (tuple, list)) else 1
         if blob is None or (len(inputs), outputs) == (len(blob.inputs), len(blob.outputs)):

@@ -36,7 +36,7 @@ from qlint.analysis.regions import ISLAND_CODES, Analysis, Evaluations, Region, 
 from qlint.analysis.validity import Invalid, find_invalid, restorable
 from qlint.analysis.values import Unchecked
 from qlint.device.cost import ProgramCost, compare, core_of, estimate
-from qlint.full.npu import NO_REASONS, fallback_findings, miswired_calls
+from qlint.full.npu import NO_REASONS, UNREFUSED, fallback_findings, miswired_calls
 from qlint.io.limits import MIB
 from qlint.io.reads import first_line
 from qlint.loading.ethos_u import Delegation
@@ -113,7 +113,7 @@ class Context:
     def fixable(self, region: Region) -> bool:
         """A finding is fixable exactly when `--fix` has a proven fold for it (and writes programs for
         the target: not for an NPU's)."""
-        return self.delegation is None and isinstance(self.plan(region), Fold)
+        return self.delegation is None and self.factory.config.npu is None and isinstance(self.plan(region), Fold)
 
     def priced(self, finding: Finding, region: Region) -> Finding:
         """`finding` with its island's estimated cycles (its float ops, the conversions into and out of
@@ -280,10 +280,10 @@ def fp32_causes(context: Context) -> list[tuple[str, int]]:
         counts[key] += ops
 
     if context.delegation is not None:  # on the CPU instead of the NPU: QL010's first cause for each op
-        recorded = bool(context.delegation.rejections)
+        recorded = context.delegation.recorded
         for node in cpu_ops(view):
             given = npu_causes(node, context.delegation) if recorded else [NO_REASONS]
-            count(given[0] if given else "no support check refused it: the partitioner left it out", 1)
+            count(given[0] if given else UNREFUSED, 1)
         return [(said[key], ops) for key, ops in counts.most_common()]
 
     for region in context.analysis.regions:
@@ -456,7 +456,7 @@ def run_rules(
     delegate calls are not priced (the Cortex-M estimate prices the CPU's ops only).
     """
     region_codes = {r.code for r in enabled_rules(Scope.REGION, config)}
-    if delegation is not None:
+    if delegation is not None or config.npu is not None:  # lowered for an NPU, or that lowering failed
         region_codes.discard(Code.FP32_ISLAND)
     analysis = analyse(view, config, region_codes, evaluations)
     estimated = estimate(view, core_of(config)) if view.lowered and failure is None and delegation is None else None

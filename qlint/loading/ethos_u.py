@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 # The sentence `tosa_support_factory` wraps around its positive checks: says only that no check
 # accepted the node; a finding states it only when no check said more.
 GENERIC_REASON = "Not included in BaseTOSASupportList or a registered tosa_support_check"
+# How a check that raised on a node is recorded (`_run`): every check runs on every node, also those
+# ExecuTorch's chain would have stopped before, so a raise is kept with the reasons but is no cause.
+RAISED = "the check raised "
 
 
 class NpuSetupError(ReadError):
@@ -58,6 +61,7 @@ class Delegation:
     rejections: dict[str, tuple[Rejection, ...]]
     blobs: dict[str, NpuBlob]
     ops: dict[str, int]       # the compute ops each delegate call runs (a `.pte`: 1 each, it does not say)
+    recorded: bool = True     # the partitioner's reasons were recorded (a lowering), not lost (a `.pte`)
 
     @property
     def npu_ops(self) -> int:
@@ -213,7 +217,7 @@ def _run(check: Any, node: Any, reporter: Any) -> tuple[bool, list[tuple[str, st
         accepted = bool(check.is_node_supported({}, node))
     except Exception as exc:
         accepted = False
-        reporter.given.append((reporter.check, f"the check raised {type(exc).__name__}: {first_line(exc)}"))
+        reporter.given.append((reporter.check, f"{RAISED}{type(exc).__name__}: {first_line(exc)}"))
     return accepted, reporter.given
 
 

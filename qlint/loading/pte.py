@@ -606,7 +606,7 @@ def delegation(plan: Any, calls: dict[str, NpuBlob]) -> Delegation | None:
     specs = _compile_specs(plan)
     flags = [f for f in specs.get("compile_flags", "").split() if f.startswith("--accelerator-config=")]
     npu = specs.get("target") or (flags[0].partition("=")[2] if flags else "")
-    return Delegation(npu, specs.get("tosa_spec", ""), {}, dict(calls), {name: 1 for name in calls})
+    return Delegation(npu, specs.get("tosa_spec", ""), {}, dict(calls), {name: 1 for name in calls}, recorded=False)
 
 
 def plan_steps(plan: Any) -> list[str]:

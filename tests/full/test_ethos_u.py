@@ -139,3 +139,38 @@ def test_the_cli_checks_a_pt2_for_a_target_and_reports_partitions_and_delegates(
     assert sorted(f["code"] for f in data["findings"]) == ["QL001", "QL007", "QL010"]
     sram, flash = ("/".join(f"{d[field]:,}" for d in stats["delegates"]) for field in ("sram", "flash"))
     assert f"| 2 on {U55}: SRAM {sram} B, flash {flash} B |" in (tmp_path / "report.md").read_text()
+
+
+def test_a_check_that_refuses_without_a_reason_is_named_never_an_empty_cause() -> None:
+    import torch
+
+    from qlint.analysis.npu_causes import causes
+    from qlint.loading.ethos_u import GENERIC_REASON, Delegation, Rejection
+
+    graph = torch.fx.Graph()
+    node = graph.call_function(torch.ops.aten.relu.default, (graph.placeholder("x"),))
+    said = causes(node, Delegation(U55, "TOSA-1.0+INT+u55", {node.name: (
+        Rejection("tosa_support_factory", True, GENERIC_REASON), Rejection("CheckSomething", False, ""))}, {}, {}))
+    assert said == ["refused by ExecuTorch's CheckSomething"]
+    only_generic = Delegation(U55, "TOSA-1.0+INT+u55", {node.name: (
+        Rejection("tosa_support_factory", True, GENERIC_REASON),)}, {}, {})
+    assert causes(node, only_generic) == [
+        "ExecuTorch's Arm backend has no TOSA lowering for aten.relu.default on TOSA-1.0+INT+u55"]
+
+
+def test_a_dtype_cause_names_the_input_the_check_named_and_a_check_that_raised_is_no_cause() -> None:
+    import torch
+
+    from qlint.analysis.npu_causes import causes
+    from qlint.loading.ethos_u import Delegation, Rejection
+
+    graph = torch.fx.Graph()
+    x, x_1 = graph.placeholder("x"), graph.placeholder("x_1")
+    x.meta["val"], x_1.meta["val"] = torch.zeros(2, dtype=torch.int8), torch.zeros(2, dtype=torch.bool)
+    node = graph.call_function(torch.ops.aten.where.self, (x_1, x, x))
+    node.meta["val"] = torch.zeros(2, dtype=torch.int8)
+    rejections = {node.name: (
+        Rejection("CheckDtypeInputsAndOutputs", False, "Had torch.bool input x_1 that is not supported by TOSA."),
+        Rejection("CheckSomething", False, "the check raised KeyError: 'val'"))}
+    assert causes(node, Delegation(U55, "TOSA-1.0+INT+u55", rejections, {}, {})) == [
+        "a bool input (x_1) that U55's integer-only TOSA profile does not take"]

@@ -83,6 +83,9 @@ def test_a_delegated_pte_reports_its_partitions_delegates_and_cpu_fallbacks(ship
         assert [(f["details"]["op"], f["details"]["dtype"], f["details"]["after_partition"], f["details"]["splits"])
                 for f in findings] == expected.fallbacks
         assert all(f["message"].endswith(NO_REASONS) and f["details"]["npu"] == U55 for f in findings)
+        # each call's tensors are its command stream's: QL007 only says the NPU's values are not run here
+        assert [(f["severity"], f["details"].get("unchecked")) for f in report["findings"]
+                if f["code"] == "QL007" and Path(f["artifact"]).stem == name] == [("info", "npu")]
     assert shipped[ATTENTION].fallbacks == [("aten.div.Tensor", "float32", 1, True)]
     assert shipped[EMBEDDING].fallbacks == [("aten.index_select.default", "float32", None, False)]
 

@@ -239,6 +239,9 @@ def test_a_target_without_vela_is_one_line_naming_the_extra_exit_2(tmp_path: Pat
     code, _, err = run_cli(["check", "--config", config, "--target", "ethos-u55-128", "--static", str(tmp_path)],
                            capsys)
     assert code == 0 and "Vela" not in err  # the static tier lowers nothing
+    code, _, err = run_cli(["check", "--config", config, "--target", "ethos-u55-128", str(tmp_path / "no.pte")],
+                           capsys)
+    assert "Vela" not in err and "no.pte" in err  # a `.pte` is read as lowered: nothing to compile
 
 
 def test_fix_on_an_npu_target_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -182,6 +182,8 @@ def _npu_unmet(config: Config, args: argparse.Namespace) -> str | None:
     if args.fix or args.diff:
         return (f"--fix writes programs for the Cortex-M CPU flow only; the {named[0].accelerator} target is "
                 "checked, not fixed: run without --fix (or --target cortex-m)")
+    if args.paths and not args.targets_only and all(str(p).endswith(".pte") for p in args.paths):
+        return None  # a `.pte` is read as it was lowered: nothing to compile
     return vela_missing(named[0])
 
 
