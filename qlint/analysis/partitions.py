@@ -24,8 +24,8 @@ class Fallback:
 
     node: Node
     float: bool          # it computes in float (else on integers)
-    splits: bool         # a delegate call runs before it and another after it
-    after: int | None    # the delegate call it follows (index in execution order), None: before the first
+    splits: bool         # it reads what a delegate call wrote and a later call reads what it writes
+    after: int | None    # the last delegate call before it in execution order (an index), None: before the first
 
 
 @dataclass(frozen=True)
@@ -41,15 +41,16 @@ class Partitions:
 def partitions(view: GraphView) -> Partitions:
     """The delegate calls of `view` and every op that computes on the CPU instead."""
     delegates = tuple(n for n in view.nodes if view.kind(n) == Kind.DELEGATE)
-    order = {node: index for index, node in enumerate(delegates)}
     upstream = _reaching(view, delegates, forward=True)
     downstream = _reaching(view, delegates, forward=False)
-    fallbacks = []
-    for node in cpu_ops(view):
-        before = [d for d in upstream.get(node, ()) if d in order]
-        after = max((order[d] for d in before), default=None)
-        fallbacks.append(Fallback(node, view.op_kind(node) == Kind.FP_COMPUTE or constant_fp32(view, node),
-                                  bool(before) and bool(downstream.get(node)), after))
+    fallbacks, calls_before = [], 0
+    for node in view.nodes:  # the graph's order is the order a `.pte` runs its instructions in
+        if node in delegates:
+            calls_before += 1
+        elif node.op == "call_function" and view.op_kind(node) in _CPU_COMPUTE:
+            fallbacks.append(Fallback(node, view.op_kind(node) == Kind.FP_COMPUTE or constant_fp32(view, node),
+                                      bool(upstream.get(node)) and bool(downstream.get(node)),
+                                      calls_before - 1 if calls_before else None))
     return Partitions(delegates, tuple(fallbacks))
 
 
