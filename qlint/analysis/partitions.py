@@ -41,25 +41,32 @@ class Partitions:
 def partitions(view: GraphView) -> Partitions:
     """The delegate calls of `view` and every op that computes on the CPU instead."""
     delegates = tuple(n for n in view.nodes if view.kind(n) == Kind.DELEGATE)
-    upstream = _reaching(view, delegates, forward=True)
-    downstream = _reaching(view, delegates, forward=False)
+    calls = frozenset(delegates)
+    upstream = _reaching(view, calls, forward=True)
+    downstream = _reaching(view, calls, forward=False)
     fallbacks, calls_before = [], 0
     for node in view.nodes:  # the graph's order is the order a `.pte` runs its instructions in
-        if node in delegates:
+        if node in calls:
             calls_before += 1
-        elif node.op == "call_function" and view.op_kind(node) in _CPU_COMPUTE:
+        elif on_cpu(view, node):
             fallbacks.append(Fallback(node, view.op_kind(node) == Kind.FP_COMPUTE or constant_fp32(view, node),
                                       bool(upstream.get(node)) and bool(downstream.get(node)),
                                       calls_before - 1 if calls_before else None))
     return Partitions(delegates, tuple(fallbacks))
 
 
+def on_cpu(view: GraphView, node: Node) -> bool:
+    """Whether `node` is an op that computes on the CPU (an int kernel or float work; not data movement,
+    a quantize or a delegate call)."""
+    return node.op == "call_function" and view.op_kind(node) in _CPU_COMPUTE
+
+
 def cpu_ops(view: GraphView) -> list[Node]:
     """The ops of `view` that compute on the CPU, an NPU's program or not (QL005 counts them)."""
-    return [n for n in view.nodes if n.op == "call_function" and view.op_kind(n) in _CPU_COMPUTE]
+    return [n for n in view.nodes if on_cpu(view, n)]
 
 
-def _reaching(view: GraphView, delegates: tuple[Node, ...], forward: bool) -> dict[Node, set[Node]]:
+def _reaching(view: GraphView, delegates: frozenset[Node], forward: bool) -> dict[Node, set[Node]]:
     """For each node, the delegate calls upstream of it (`forward`) or downstream of it."""
     reached: dict[Node, set[Node]] = {}
     nodes = view.nodes if forward else list(reversed(view.nodes))

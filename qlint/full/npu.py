@@ -9,7 +9,7 @@ from typing import Any
 from torch.fx import Node
 
 from qlint.analysis.npu_causes import causes
-from qlint.analysis.partitions import Fallback, partitions
+from qlint.analysis.partitions import Fallback, Partitions
 from qlint.loading.ethos_u import Delegation
 from qlint.loading.view import GraphView, numel, op_name, output_dtype, output_value
 from qlint.records.results import Finding
@@ -23,12 +23,12 @@ UNREFUSED = "no support check refused it: the partitioner left it out of every p
 NO_REASONS = "a .pte does not record why the partitioner left it; check the .pt2 or the config target for the cause"
 
 
-def fallback_findings(view: GraphView, delegation: Delegation, make: MakeFinding) -> list[Finding]:
+def fallback_findings(view: GraphView, split: Partitions, delegation: Delegation,
+                      make: MakeFinding) -> list[Finding]:
     """One finding per op the NPU does not run that computes on the CPU in float, and per integer op on
-    the CPU that splits a partition."""
-    found = partitions(view)
-    return [_finding(make, delegation, fallback, found.count, _graph_nodes(view, fallback))
-            for fallback in found.fallbacks if fallback.float or fallback.splits]
+    the CPU that splits a partition (`split`: the partitions of `view`)."""
+    return [_finding(make, delegation, fallback, split.count, _graph_nodes(view, fallback))
+            for fallback in split.fallbacks if fallback.float or fallback.splits]
 
 
 def _graph_nodes(view: GraphView, fallback: Fallback) -> dict[str, int]:
@@ -49,12 +49,18 @@ def where_it_runs(fallback: Fallback, count: int) -> str:
     return f"runs on the CPU after NPU partition {fallback.after + 1}"
 
 
+def why_on_cpu(node: Node, delegation: Delegation) -> tuple[list[str], str]:
+    """The derived causes of `node` (none from a `.pte`, which does not record them), and the sentence a
+    finding states: those causes, or why there are none. QL010 and QL005's main cause both say it."""
+    said = causes(node, delegation) if delegation.recorded else []
+    return said, "; ".join(said) if said else UNREFUSED if delegation.recorded else NO_REASONS
+
+
 def _finding(make: MakeFinding, delegation: Delegation, fallback: Fallback, count: int,
              graph_nodes: dict[str, int]) -> Finding:
     node = fallback.node
     dtype = str(output_dtype(node)).removeprefix("torch.")
-    said = causes(node, delegation) if delegation.recorded else []
-    why = "; ".join(said) if said else NO_REASONS if not delegation.recorded else UNREFUSED
+    said, why = why_on_cpu(node, delegation)
     split = ", splitting the NPU's work" if fallback.splits else ""
     message = (f"{op_name(node)} ({dtype}) {where_it_runs(fallback, count)}{split}; "
                f"{count} NPU partition{'s' if count != 1 else ''} on {delegation.npu}: {why}")
@@ -66,13 +72,13 @@ def _finding(make: MakeFinding, delegation: Delegation, fallback: Fallback, coun
     return make(Code.NPU_FALLBACK, message, (node,), **details)
 
 
-def miswired_calls(view: GraphView, delegation: Delegation, make: MakeFinding) -> list[Finding]:
+def miswired_calls(split: Partitions, delegation: Delegation, make: MakeFinding) -> list[Finding]:
     """QL007 for each delegate call whose tensors are not the ones its command stream reads and writes.
     ExecuTorch's Ethos-U backend copies a call's first arguments into the stream's inputs and takes
     output i from argument `inputs + i` (the blob's counts): a call with another number of inputs (a
     partition Vela compiled to read none, called with one) has its outputs written over other tensors."""
     found = []
-    for number, node in enumerate(partitions(view).delegates, start=1):
+    for number, node in enumerate(split.delegates, start=1):
         blob = delegation.blobs.get(node.name)
         inputs = [a for a in node.args if isinstance(a, Node) and a.op != "get_attr"]  # not the lowered module
         value = output_value(node)

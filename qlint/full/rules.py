@@ -30,13 +30,12 @@ from qlint.analysis.islands import (
     fp32_elements,
     fp32_total,
 )
-from qlint.analysis.npu_causes import causes as npu_causes
-from qlint.analysis.partitions import cpu_ops, partitions
+from qlint.analysis.partitions import Partitions, cpu_ops, partitions
 from qlint.analysis.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.analysis.validity import Invalid, find_invalid, restorable
 from qlint.analysis.values import Unchecked
 from qlint.device.cost import ProgramCost, compare, core_of, estimate
-from qlint.full.npu import NO_REASONS, UNREFUSED, fallback_findings, miswired_calls
+from qlint.full.npu import fallback_findings, miswired_calls, why_on_cpu
 from qlint.io.limits import MIB
 from qlint.io.reads import first_line
 from qlint.loading.ethos_u import Delegation
@@ -99,6 +98,11 @@ class Context:
     cost: ProgramCost | None = None  # the estimate of the lowered program on the run's core
     plans: dict[Region, Fold | Left] = field(default_factory=dict)
     delegation: Delegation | None = None  # lowered for an Ethos-U: what its partitioner and Vela said
+
+    @cached_property
+    def partitions(self) -> Partitions:
+        """The delegate calls and the CPU's ops around them: QL010, QL007 and the placement overlay's."""
+        return partitions(self.view)
 
     @cached_property
     def coverage(self) -> Coverage:
@@ -280,10 +284,9 @@ def fp32_causes(context: Context) -> list[tuple[str, int]]:
         counts[key] += ops
 
     if context.delegation is not None:  # on the CPU instead of the NPU: QL010's first cause for each op
-        recorded = context.delegation.recorded
         for node in cpu_ops(view):
-            given = npu_causes(node, context.delegation) if recorded else [NO_REASONS]
-            count(given[0] if given else UNREFUSED, 1)
+            given, why = why_on_cpu(node, context.delegation)
+            count(given[0] if given else why, 1)
         return [(said[key], ops) for key, ops in counts.most_common()]
 
     for region in context.analysis.regions:
@@ -331,7 +334,7 @@ def lowered_program_invalid(context: Context) -> list[Finding]:
     if context.failure is not None or not context.view.lowered:
         return []  # the quantized program QL003 falls back on is not meant to run on the device
     if context.delegation is not None:
-        miswired = miswired_calls(context.view, context.delegation, context.factory.finding)
+        miswired = miswired_calls(context.partitions, context.delegation, context.factory.finding)
         return miswired or [npu_unchecked(context, context.delegation)]
     invalid = find_invalid(context.view, [] if context.values_verified else check_inputs(context.view.quantized))
     return [invalid_finding(context.view, context.factory, invalid)] if invalid is not None else []
@@ -341,7 +344,7 @@ def npu_fallback(context: Context) -> list[Finding]:
     """QL010 on a program lowered for an Ethos-U (`qlint.full.npu`)."""
     if context.delegation is None or context.failure is not None:
         return []
-    return fallback_findings(context.view, context.delegation, context.factory.finding)
+    return fallback_findings(context.view, context.partitions, context.delegation, context.factory.finding)
 
 
 def npu_unchecked(context: Context, delegation: Delegation) -> Finding:
@@ -392,13 +395,13 @@ def graph_nodes(view: GraphView, counts: dict[Node, int]) -> dict[str, int]:
     return named
 
 
-def npu_nodes(view: GraphView) -> dict[str, int]:
+def npu_nodes(view: GraphView, split: Partitions) -> dict[str, int]:
     """Each node an NPU partition runs, by its id in the checked program, with the partition's number
     (from 1, in execution order, as QL010 counts them): what `--write model-explorer:` marks as NPU
     work. A `.pte`'s delegate call is one instruction; a `.pt2`'s partition is the nodes of the
     partition's own graph, each mapped back as a lowered node is."""
     found: dict[str, int] = {}
-    for number, call in enumerate(partitions(view).delegates, 1):
+    for number, call in enumerate(split.delegates, 1):
         for node in (call, *_delegated(view, call)):
             name = view.source_name(node)
             if name is not None and node.op == "call_function":
@@ -492,7 +495,7 @@ def run_rules(
         target=delegation.npu if delegation else "",
         partitions=len(delegation.blobs) if delegation else None,
         delegates=tuple(delegation.blobs.values()) if delegation else (),
-        npu_nodes=npu_nodes(view) if delegation else {},
+        npu_nodes=npu_nodes(view, context.partitions) if delegation else {},
     )
     return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure)
 
