@@ -94,3 +94,55 @@ def _tensors(raw: bytes, what: str) -> tuple[tuple[int, ...], ...]:
     if any(size < 0 for shape in shapes for size in shape):
         raise ReadError(f"Ethos-U delegate blob's {what} block has a negative size")
     return tuple(tuple(shape) for shape in shapes)
+
+
+@dataclass(frozen=True)
+class NpuLayer:
+    """One NPU operation of Vela's per-layer performance estimate (`--verbose-performance`)."""
+
+    name: str        # the TOSA tensor the operation writes (Vela's `Name` column)
+    operator: str    # the TOSA operator Vela compiled it from (`Original Operator`)
+    cycles: int      # `Op Cycles`: its share of the partition's cycles, memory access included
+    macs: int
+
+
+@dataclass(frozen=True)
+class NpuEstimate:
+    """Vela's performance estimate of one partition: its summary CSV and per-layer CSV.
+
+    `cycles` is Vela's `cycles_total`, the partition's time on the NPU's clock with memory access
+    (the per-layer cycles add up to it); `compute_cycles` is `cycles_npu`, without the memory
+    access Vela counts apart on U55 (10-25 % less there; equal on U85)."""
+
+    cycles: int
+    compute_cycles: int
+    clock_hz: int          # `core_clock` of the system config Vela compiled for
+    system_config: str
+    layers: tuple[NpuLayer, ...]
+
+    @property
+    def seconds(self) -> float:
+        return self.cycles / self.clock_hz
+
+
+def read_vela_estimate(summary: str, per_layer: str) -> NpuEstimate:
+    """Vela's estimate from the text of its two CSVs; `ReadError` when a column is missing or not a number."""
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(summary)))
+    if len(rows) != 1:
+        raise ReadError(f"Vela's summary has {len(rows)} rows, not 1")
+    row = rows[0]
+    layers = tuple(
+        NpuLayer(r.get("Name") or "", r.get("Original Operator") or "", _count(r, "Op Cycles"), _count(r, "MAC Count"))
+        for r in csv.DictReader(io.StringIO(per_layer)))
+    return NpuEstimate(_count(row, "cycles_total"), _count(row, "cycles_npu"), _count(row, "core_clock"),
+                       row.get("system_config") or "", layers)
+
+
+def _count(row: dict[str, str], column: str) -> int:
+    try:
+        return round(float(row[column]))
+    except (KeyError, TypeError, ValueError):
+        raise ReadError(f"Vela's estimate has no number in column {column!r}") from None

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qlint.io.reads import ReadError, first_line
-from qlint.io.vela import NpuBlob, read_vela_blob
+from qlint.io.vela import NpuBlob, NpuEstimate, read_vela_blob, read_vela_estimate
 from qlint.loading import speedups, stack
 from qlint.loading.lowering import LoweringError
 from qlint.settings.npus import vela_missing
@@ -50,6 +52,19 @@ class Rejection:
 
 
 @dataclass(frozen=True)
+class Compiled:
+    """One NPU partition as ExecuTorch's Arm backend compiled it: the TOSA it lowered the partition to,
+    the node each TOSA operator was lowered from (by the tensor the operator writes: the name Vela's
+    per-layer estimate gives), Vela's estimate, and the bytes the delegate call holds (what matches
+    the two)."""
+
+    tosa: bytes
+    writers: dict[str, Any]
+    estimate: NpuEstimate
+    processed: bytes
+
+
+@dataclass(frozen=True)
 class Delegation:
     """What the rules know of a program's NPU side: the target, the TOSA specification ExecuTorch's
     support checks ran for, every reason each node left on the CPU was not delegated (by node name:
@@ -62,6 +77,9 @@ class Delegation:
     blobs: dict[str, NpuBlob]
     ops: dict[str, int]       # the compute ops each delegate call runs (a `.pte`: 1 each, it does not say)
     recorded: bool = True     # the partitioner's reasons were recorded (a lowering), not lost (a `.pte`)
+    # each delegate call's TOSA and Vela's estimate (by the call's node name): none for a `.pte`,
+    # which holds only the command stream Vela made
+    compiled: dict[str, Compiled] = field(default_factory=dict)
 
     @property
     def npu_ops(self) -> int:
@@ -113,8 +131,9 @@ def lower(program: Any, npu: Npu) -> NpuLowering:
     spec = compile_spec(npu)
     partitioner = EthosUPartitioner(spec)
     rejections: dict[str, tuple[Rejection, ...]] = {}
+    compiled: list[Compiled] = []
     try:  # Vela prints its summary to stdout, which is the report's
-        with _recording(partitioner, rejections), speedups.registering_py_kernels_directly(), \
+        with _recording(partitioner, rejections), _compiling(compiled), speedups.registering_py_kernels_directly(), \
                 contextlib.redirect_stdout(io.StringIO()):
             edge = to_edge_transform_and_lower(program, partitioner=[partitioner],
                                                compile_config=EdgeCompileConfig(_check_ir_validity=False))
@@ -128,7 +147,73 @@ def lower(program: Any, npu: Npu) -> NpuLowering:
         raise LoweringError("ReplaceQuantNodesPass", None, exc) from exc
     program = edge.exported_program()
     blobs, ops = delegates(program)
-    return NpuLowering(program, edge, Delegation(npu.accelerator, str(spec.tosa_spec), rejections, blobs, ops))
+    by_call = _by_call(program, compiled)
+    return NpuLowering(program, edge, Delegation(npu.accelerator, str(spec.tosa_spec), rejections, blobs, ops,
+                                                 compiled=by_call))
+
+
+@contextlib.contextmanager
+def _compiling(into: list[Compiled]) -> Iterator[None]:
+    """While ExecuTorch's Arm backend compiles each partition, keep its TOSA, the node each TOSA
+    operator came from, and Vela's per-layer estimate, which Vela writes only with
+    `--verbose-performance` and only into its output folder: each partition gets a folder of its own
+    (ExecuTorch's `vela_compile` writes every partition into the same one). The TOSA is what it was:
+    the debug hook that names each operator's node is ExecuTorch's JSON mode, which changes nothing
+    in the flatbuffer, and with no intermediate path ExecuTorch writes no file of its own."""
+    import executorch.backends.arm.ethosu.backend as ethosu_backend
+    import executorch.backends.arm.tosa.backend as tosa_backend
+    from executorch.backends.arm.common.arm_compile_spec import ArmCompileSpec
+
+    preprocess = tosa_backend.TOSABackend._preprocess
+    hook_class = tosa_backend.DebugHook
+    vela_compile = ethosu_backend.vela_compile
+    writers: list[dict[str, Any]] = []
+
+    class Writers(hook_class):  # type: ignore[misc,valid-type]
+        def __init__(self, mode: Any) -> None:
+            super().__init__(mode)
+            writers.append({})
+
+        def add(self, node: Any, tosa_op: Any, tosa_op_id: Any) -> None:
+            writers[-1][str(tosa_op)] = node  # only the TOSA mode embeds what this returns
+
+    def to_tosa(edge_program: Any, tosa_spec: Any) -> Any:
+        tosa_spec.tosa_debug_mode = ArmCompileSpec.DebugMode.JSON
+        return preprocess(edge_program, tosa_spec)
+
+    def compile_estimated(tosa_flatbuffer: bytes, args: list[str], verbose: bool = False,
+                          intermediate_path: str | None = None, block_placements: Any = None) -> Any:
+        with tempfile.TemporaryDirectory(prefix="qlint-vela-") as folder:
+            result = vela_compile(tosa_flatbuffer, [*args, "--verbose-performance"], verbose, folder, block_placements)
+            output = Path(folder, "output")
+            summary = next(iter(sorted(output.glob("out_summary_*.csv")))).read_text()
+            estimate = read_vela_estimate(summary, (output / "out_per-layer.csv").read_text())
+        into.append(Compiled(tosa_flatbuffer, writers[-1] if writers else {}, estimate, result.processed_bytes))
+        return result
+
+    tosa_backend.DebugHook = Writers
+    tosa_backend.TOSABackend._preprocess = staticmethod(to_tosa)
+    ethosu_backend.vela_compile = compile_estimated
+    try:
+        yield
+    finally:
+        tosa_backend.DebugHook = hook_class
+        tosa_backend.TOSABackend._preprocess = staticmethod(preprocess)
+        ethosu_backend.vela_compile = vela_compile
+
+
+def _by_call(program: Any, compiled: list[Compiled]) -> dict[str, Compiled]:
+    """Each delegate call's compiled partition: the one whose bytes the call holds."""
+    from qlint.loading.view import DELEGATE_CALL, base_name, op_name
+
+    found = {}
+    for node in program.graph.nodes:
+        if node.op == "call_function" and base_name(op_name(node)) == DELEGATE_CALL:
+            held = bytes(getattr(program.graph_module, str(node.args[0].target)).processed_bytes)
+            match = next((c for c in compiled if c.processed == held), None)
+            if match is not None:
+                found[node.name] = match
+    return found
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from qlint.io.reads import ReadError
-from qlint.io.vela import NpuBlob, read_vela_blob
+from qlint.io.vela import NpuBlob, NpuLayer, read_vela_blob, read_vela_estimate
 
 
 def block(name: str, data: bytes, external: bool = False) -> bytes:
@@ -95,3 +95,24 @@ def test_a_lying_tensor_count_is_refused(inputs: bytes, message: str) -> None:
 def test_a_negative_size_is_refused() -> None:
     assert refused(blob({**BODY, "outputs": tensors((1, 1, -16, 1, 1, 16))})) == (
         "Ethos-U delegate blob's outputs block has a negative size")
+
+
+SUMMARY = ("experiment,network,accelerator_configuration,system_config,memory_mode,core_clock,cycles_npu,cycles_total\n"
+           "default,out,Ethos_U55_128,Ethos_U55_High_End_Embedded,Shared_Sram,500000000.0,11296,12800\n")
+PER_LAYER = ("Original Operator,NNG Operator,Target,Op Cycles,MAC Count,Name\n"
+             "Conv2D,Conv2D,NPU,1360,1024,tosa_rescale_default_1\n"
+             "MatMul,MatMul,NPU,11440,8192,tosa_rescale_default_2\n")
+
+
+def test_vela_estimate_reads_the_partitions_cycles_clock_and_each_layer() -> None:
+    estimate = read_vela_estimate(SUMMARY, PER_LAYER)
+    assert (estimate.cycles, estimate.compute_cycles, estimate.clock_hz) == (12800, 11296, 500_000_000)
+    assert estimate.system_config == "Ethos_U55_High_End_Embedded"
+    assert estimate.layers == (NpuLayer("tosa_rescale_default_1", "Conv2D", 1360, 1024),
+                               NpuLayer("tosa_rescale_default_2", "MatMul", 11440, 8192))
+    assert estimate.seconds == 12800 / 500e6
+
+
+def test_vela_estimate_without_a_number_is_one_read_error() -> None:
+    with pytest.raises(ReadError, match="no number in column 'cycles_total'"):
+        read_vela_estimate(SUMMARY.replace(",12800", ",n/a"), PER_LAYER)
