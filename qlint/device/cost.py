@@ -7,11 +7,17 @@ shapes, elements of everything else) and priced with `qlint.settings.cycles` for
 backend ExecuTorch picks for the CPU (`CortexMTargetConfig`) and for the core's FPU, or soft float
 without one. Ops that run no code on the device (views ExecuTorch turns into aliases, planning)
 cost nothing; work on constants is priced like any op, since the device computes it every inference.
+
+On a core with an Ethos-U NPU, each delegate call costs what Vela estimated for its partition when
+qlint compiled it (`qlint.io.vela.NpuEstimate`: the NPU's cycles on its own clock), counted on the
+core's clock so that the program's cycles are one inference's: the NPU's cycles times the core's
+clock over the NPU's, or as they are when no board gives the core's clock. A delegate call with no
+estimate (a `.pte` holds only the command stream) leaves the inference unpriced: its CPU ops still are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -19,6 +25,7 @@ import torch
 from torch.fx import Node
 
 from qlint.analysis.islands import constant_fp32
+from qlint.io.vela import NpuEstimate
 from qlint.loading.view import GraphView, Kind, base_name, numel, op_name, output_value
 from qlint.records.results import ProfileRow
 from qlint.settings.config import Config
@@ -49,6 +56,7 @@ class OpCost:
     unit: str          # "MAC" or "element"
     cycles: float
     fp32: bool
+    npu: bool = False  # a delegate call: `work` is Vela's cycles on the NPU's clock, `cycles` on the core's
 
 
 @dataclass
@@ -58,6 +66,7 @@ class ProgramCost:
     core: Core
     ops: list[OpCost] = field(default_factory=list)
     runs: int = 0   # 0: estimated; else the median of this many measured runs (`qlint.device.profile`)
+    unpriced: tuple[str, ...] = ()  # delegate calls with no estimate: the inference's time is unknown
 
     # Every figure is a sum of whole cycles an op, so an island's, its nodes' and the program's add up.
     @property
@@ -67,6 +76,16 @@ class ProgramCost:
     @property
     def fp32_cycles(self) -> int:
         return sum(round(o.cycles) for o in self.ops if o.fp32)
+
+    @property
+    def npu_cycles(self) -> int:
+        """The NPU's cycles, on its own clock: Vela's estimates of the delegate calls."""
+        return sum(o.work for o in self.ops if o.npu)
+
+    @property
+    def cpu_cycles(self) -> int:
+        """The core's cycles: every op that is not a delegate call."""
+        return sum(round(o.cycles) for o in self.ops if not o.npu)
 
     def of(self, nodes: Iterable[str]) -> int:
         """Cycles of the ops named `nodes` (an island's, a finding's)."""
@@ -267,7 +286,7 @@ def op_cost(view: GraphView, node: Node, core: Core, table: CostTable | None = N
     if name in ALIASES:
         return None
     kind = view.kind(node)
-    if kind == Kind.CONSTANT:
+    if kind in (Kind.CONSTANT, Kind.DELEGATE):  # a delegate call is the NPU's work (`npu_op`)
         return None
     # time spent on float values: float ops (work on constants too: the device computes it every
     # inference, QL008's point), float copies, and converting to and from them
@@ -290,14 +309,29 @@ def _is_float_tensor(node: Node) -> bool:
     return tensor is not None and tensor.is_floating_point()
 
 
-def estimate(view: GraphView, core: Core) -> ProgramCost:
-    """Every op's estimate on `core`, in graph order."""
+def npu_op(node: Node, npu: NpuEstimate, core: Core) -> OpCost:
+    """A delegate call priced at Vela's estimate for its partition, on the core's clock."""
+    on_core = npu.cycles * core.clock_hz / npu.clock_hz if core.clock_hz and npu.clock_hz else npu.cycles
+    return OpCost(node.name, op_name(node), npu.cycles, "NPU cycle", on_core, False, npu=True)
+
+
+def estimate(view: GraphView, core: Core, npu: Mapping[str, NpuEstimate] | None = None) -> ProgramCost:
+    """Every op's estimate on `core`, in graph order; each delegate call's from `npu` (by its node name)."""
     table = cost_table()
     cost = ProgramCost(core)
+    unpriced = []
     for node in view.nodes:
+        if view.kind(node) == Kind.DELEGATE:
+            found = (npu or {}).get(node.name)
+            if found is None:
+                unpriced.append(node.name)
+            else:
+                cost.ops.append(npu_op(node, found, core))
+            continue
         estimated = op_cost(view, node, core, table)
         if estimated is not None:
             cost.ops.append(estimated)
+    cost.unpriced = tuple(unpriced)
     return cost
 
 

@@ -14,7 +14,9 @@ from qlint.settings.options import RunOptions
 if TYPE_CHECKING:
     from qlint.device.cost import ProgramCost
     from qlint.full.rules import Linted
+    from qlint.loading.ethos_u import Delegation
     from qlint.loading.view import GraphView
+    from qlint.settings.npus import Npu
 
 Measure: TypeAlias = "Callable[[GraphView, ProgramCost], ProgramCost]"
 
@@ -47,10 +49,24 @@ def lint_program(program: Any, artifact: str, config: Config, options: RunOption
     except LoweringError as exc:
         return run_rules(GraphView(program), artifact, config, failure=exc, verbose=options.verbose)
     view = GraphView(lowered, quantized=program)
+    if delegation is not None and config.npu is not None:
+        delegation = _compiled_both_ways(program, view, delegation, config.npu)
     linted = run_rules(view, artifact, config, verbose=options.verbose, values_verified=values_verified,
                        measure=None if measure is None else functools.partial(measure, view), delegation=delegation)
     linted.lowered = lowered
     return linted
+
+
+def _compiled_both_ways(program: Any, view: GraphView, delegation: Delegation, npu: Npu) -> Delegation:
+    """`delegation` with each op the quantizer left in float on the CPU compiled the other way too,
+    quantized onto the NPU (`ethos_u.with_on_npu`): what a fallback costs is the difference."""
+    from qlint.analysis.partitions import partitions
+    from qlint.loading import ethos_u
+
+    left_float = {f.node.name: view.as_quantized(f.node) for f in partitions(view).fallbacks
+                  if f.float and any(r.check == ethos_u.UNQUANTIZED for r in delegation.rejections.get(f.node.name, ()))
+                  and view.as_quantized(f.node) is not f.node}
+    return ethos_u.with_on_npu(program, npu, delegation, left_float) if left_float else delegation
 
 
 def lint_pte(data: bytes, artifact: str, config: Config, measure: bool = False, profile: bytes | None = None) -> Report:

@@ -10,9 +10,11 @@ from torch.fx import Node
 
 from qlint.analysis.npu_causes import causes
 from qlint.analysis.partitions import Fallback, Partitions
+from qlint.device.cost import ProgramCost
 from qlint.loading.ethos_u import Delegation
-from qlint.loading.view import GraphView, numel, op_name, output_dtype, output_value
+from qlint.loading.view import GraphView, Kind, numel, op_name, output_dtype, output_value
 from qlint.records.results import Finding
+from qlint.rules.builders import time_clause_of
 from qlint.rules.table import Code
 
 MakeFinding = Callable[..., Finding]  # `FindingFactory.finding`: (code, message, nodes, **details)
@@ -24,11 +26,48 @@ NO_REASONS = "a .pte does not record why the partitioner left it; check the .pt2
 
 
 def fallback_findings(view: GraphView, split: Partitions, delegation: Delegation,
-                      make: MakeFinding) -> list[Finding]:
+                      make: MakeFinding, cost: ProgramCost | None = None) -> list[Finding]:
     """One finding per op the NPU does not run that computes on the CPU in float, and per integer op on
-    the CPU that splits a partition (`split`: the partitions of `view`)."""
-    return [_finding(make, delegation, fallback, split.count, _graph_nodes(view, fallback))
+    the CPU that splits a partition (`split`: the partitions of `view`), priced with `cost`."""
+    return [_priced(_finding(make, delegation, fallback, split.count, _graph_nodes(view, fallback)),
+                    view, fallback, delegation, cost)
             for fallback in split.fallbacks if fallback.float or fallback.splits]
+
+
+def _conversions(view: GraphView, node: Node) -> list[Node]:
+    """The op and the dequantize and quantize the CPU runs only for it: what it costs the CPU."""
+    before = [n for n in node.all_input_nodes if view.kind(n) == Kind.DEQUANTIZE and len(n.users) == 1]
+    after = [n for n in node.users if view.kind(n) == Kind.QUANTIZE]
+    return [*before, node, *after]
+
+
+def _priced(finding: Finding, view: GraphView, fallback: Fallback, delegation: Delegation,
+            cost: ProgramCost | None) -> Finding:
+    """`finding` with what its op costs: the CPU's cycles for it (with its conversions), and, for an op
+    compiled the other way too (`Delegation.on_npu`), the NPU cycles the split costs: Vela's cycles for
+    the program as it is, less those for the program with the op quantized onto the NPU (which count
+    the op's own NPU work), so what moving it saves. Both on the core's clock, as the inference's time is."""
+    if cost is None or not cost.cycles or cost.unpriced:
+        return finding
+    cpu = cost.of(n.name for n in _conversions(view, fallback.node))
+    split, other = 0, delegation.on_npu.get(fallback.node.name)
+    clause = ""
+    if other is not None and delegation.npu_cycles is not None:
+        split = delegation.npu_cycles - other.npu_cycles
+        on_core = round(split * cost.core.clock_hz / other.clock_hz) if cost.core.clock_hz else split
+        clause = (f"; the split costs the NPU {split:,} cycles ({delegation.npu_cycles:,} as it is, "
+                  f"{other.npu_cycles:,} with it quantized onto the NPU: {other.partitions} partition"
+                  f"{'s' if other.partitions != 1 else ''})")
+        finding.details.update(npu_split_cycles=split, npu_cycles_on_npu=other.npu_cycles,
+                               partitions_on_npu=other.partitions)
+        split = on_core
+    finding.details.update(cpu_cycles=cpu, cycles=cpu + max(split, 0),
+                           time_share=round((cpu + max(split, 0)) / cost.cycles, 4), cycles_measured=bool(cost.runs))
+    latency = cost.latency_ms(cpu + max(split, 0))
+    if latency is not None:
+        finding.details["latency_ms"] = round(latency, 6)
+    finding.message += clause + "; " + time_clause_of(finding.details)
+    return finding
 
 
 def _graph_nodes(view: GraphView, fallback: Fallback) -> dict[str, int]:

@@ -38,11 +38,12 @@ from qlint.device.cost import ProgramCost, compare, core_of, estimate
 from qlint.full.npu import fallback_findings, miswired_calls, why_on_cpu
 from qlint.io.limits import MIB
 from qlint.io.reads import first_line
+from qlint.io.vela import NpuPartition
 from qlint.loading.ethos_u import Delegation
 from qlint.loading.inputs import check_inputs
 from qlint.loading.lowering import LoweringError
 from qlint.loading.view import GraphView, base_name, is_float, numel, op_name
-from qlint.records.results import ArtifactStats, Contributor, Finding, Location, Severity, shapes_elided
+from qlint.records.results import NPU_PART, ArtifactStats, Contributor, Finding, Location, Severity, shapes_elided
 from qlint.records.source import locate, module_path
 from qlint.rules import builders
 from qlint.rules.builders import Term
@@ -344,7 +345,8 @@ def npu_fallback(context: Context) -> list[Finding]:
     """QL010 on a program lowered for an Ethos-U (`qlint.full.npu`)."""
     if context.delegation is None or context.failure is not None:
         return []
-    return fallback_findings(context.view, context.partitions, context.delegation, context.factory.finding)
+    return fallback_findings(context.view, context.partitions, context.delegation, context.factory.finding,
+                             context.cost)
 
 
 def npu_unchecked(context: Context, delegation: Delegation) -> Finding:
@@ -422,8 +424,10 @@ def costliest(view: GraphView, cost: ProgramCost, root: Path, shown: int = 20) -
     """The ops that take the most of the estimate, costliest first, at their model source lines: what a
     latency or cycles budget names (its first five) and the time plot draws."""
     nodes = {n.name: n for n in view.nodes}
+    calls = {o.node: number for number, o in enumerate((o for o in cost.ops if o.npu), start=1)}
     ops = sorted(cost.ops, key=lambda o: (-o.cycles, o.node))[:shown]
     return tuple(Contributor(o.node, round(o.cycles),
+                             f"{NPU_PART} {calls[o.node]}, {o.work:,} NPU cycles" if o.npu else
                              f"{base_name(o.op)}, {o.work:,} {o.unit}s{', fp32' if o.fp32 else ''}",
                              locate(nodes[o.node].meta.get("stack_trace"), root) if o.node in nodes else None)
                  for o in ops)
@@ -462,7 +466,8 @@ def run_rules(
     if delegation is not None or config.npu is not None:  # lowered for an NPU, or that lowering failed
         region_codes.discard(Code.FP32_ISLAND)
     analysis = analyse(view, config, region_codes, evaluations)
-    estimated = estimate(view, core_of(config)) if view.lowered and failure is None and delegation is None else None
+    npu = {call: c.estimate for call, c in delegation.compiled.items()} if delegation else None
+    estimated = estimate(view, core_of(config), npu) if view.lowered and failure is None else None
     cost = measure(estimated) if measure is not None and estimated is not None else estimated
     context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose, values_verified, cost,
                       delegation=delegation)
@@ -484,9 +489,9 @@ def run_rules(
         coverage=cov.ratio,
         lowered=view.lowered,
         graph=view.graph_id,
-        cycles=cost.cycles if cost else None,
+        cycles=cost.cycles if cost and not cost.unpriced else None,
         fp32_cycles=cost.fp32_cycles if cost else None,
-        latency_ms=cost.latency_ms() if cost else None,
+        latency_ms=cost.latency_ms() if cost and not cost.unpriced else None,
         core=cost.core.describe() if cost else "",
         costliest=costliest(view, cost, config.root) if cost else (),
         node_cycles=graph_nodes(view, cost.by_node(view)) if cost else {},
@@ -494,10 +499,19 @@ def run_rules(
         profile=compare(estimated, cost) if cost and estimated and cost.runs else (),
         target=delegation.npu if delegation else "",
         partitions=len(delegation.blobs) if delegation else None,
-        delegates=tuple(delegation.blobs.values()) if delegation else (),
+        delegates=npu_partitions(delegation) if delegation else (),
+        npu_cycles=cost.npu_cycles if cost and delegation and not cost.unpriced else None,
+        cpu_cycles=cost.cpu_cycles if cost and delegation else None,
         npu_nodes=npu_nodes(view, context.partitions) if delegation else {},
     )
     return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure)
+
+
+def npu_partitions(delegation: Delegation) -> tuple[NpuPartition, ...]:
+    """Each delegate call's blob figures, with Vela's cycles for it when qlint compiled it."""
+    return tuple(NpuPartition(**vars(blob), npu_cycles=delegation.compiled[call].estimate.cycles
+                              if call in delegation.compiled else None)
+                 for call, blob in delegation.blobs.items())
 
 
 # This tier's registry, by scope: what the rule table's `Scope` says each function is given.

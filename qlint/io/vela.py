@@ -41,6 +41,14 @@ class NpuBlob:
     external_weights: bool = False  # the weights live in the program's named data, not the blob
 
 
+@dataclass(frozen=True)
+class NpuPartition(NpuBlob):
+    """A delegate call's partition as a report gives it: what its blob holds, and Vela's estimate of its
+    cycles on the NPU's clock when qlint compiled it (None from a `.pte`: it holds the command stream only)."""
+
+    npu_cycles: int | None = None
+
+
 def read_vela_blob(data: bytes) -> NpuBlob:
     """The blob's sizes and I/O shapes; `ReadError` for anything Vela does not write."""
     blocks = _blocks(data)

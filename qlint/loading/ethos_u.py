@@ -16,7 +16,7 @@ import contextlib
 import io
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,8 @@ GENERIC_REASON = "Not included in BaseTOSASupportList or a registered tosa_suppo
 # How a check that raised on a node is recorded (`_run`): every check runs on every node, also those
 # ExecuTorch's chain would have stopped before, so a raise is kept with the reasons but is no cause.
 RAISED = "the check raised "
+# The check that refuses an op the quantizer did not annotate: quantized, the NPU may run it.
+UNQUANTIZED = "CheckArmQuantized"
 
 
 class NpuSetupError(ReadError):
@@ -65,6 +67,15 @@ class Compiled:
 
 
 @dataclass(frozen=True)
+class OnNpu:
+    """A program compiled with one op it left on the CPU quantized onto the NPU instead."""
+
+    partitions: int
+    npu_cycles: int   # Vela's, every partition together
+    clock_hz: int     # the NPU's clock Vela estimated for
+
+
+@dataclass(frozen=True)
 class Delegation:
     """What the rules know of a program's NPU side: the target, the TOSA specification ExecuTorch's
     support checks ran for, every reason each node left on the CPU was not delegated (by node name:
@@ -80,6 +91,16 @@ class Delegation:
     # each delegate call's TOSA and Vela's estimate (by the call's node name): none for a `.pte`,
     # which holds only the command stream Vela made
     compiled: dict[str, Compiled] = field(default_factory=dict)
+    # for an op left in float on the CPU (by its node name), the program compiled the other way, with
+    # the op quantized onto the NPU: its partitions and Vela's cycles for them (`with_on_npu`)
+    on_npu: dict[str, OnNpu] = field(default_factory=dict)
+
+    @property
+    def npu_cycles(self) -> int | None:
+        """Vela's cycles for every partition; None when a call was not compiled here (a `.pte`)."""
+        if len(self.compiled) != len(self.blobs):
+            return None
+        return sum(c.estimate.cycles for c in self.compiled.values())
 
     @property
     def npu_ops(self) -> int:
@@ -150,6 +171,40 @@ def lower(program: Any, npu: Npu) -> NpuLowering:
     by_call = _by_call(program, compiled)
     return NpuLowering(program, edge, Delegation(npu.accelerator, str(spec.tosa_spec), rejections, blobs, ops,
                                                  compiled=by_call))
+
+
+# Compiling a program the other way costs a lowering; past this many ops a program's findings say
+# what their ops cost the CPU, not what moving each to the NPU would save.
+MOST_MEASURED = 8
+
+
+def with_on_npu(program: Any, npu: Npu, delegation: Delegation, nodes: dict[str, Any]) -> Delegation:
+    """`delegation` with, for each op of `nodes` (the lowered program's node name -> the quantized
+    program's node it came from) that was left in float, the program compiled with that op quantized
+    onto the NPU: the dequantize before it and the quantize after it carry the qparams an int8 op
+    needs, so marking it quantized, as `EthosUQuantizer` marks what it annotates
+    (`ArmAnnotationInfo`), is all the quantizer would have done. An op the partitioner still refuses
+    that way, or a lowering that fails, is left out: no figure for it."""
+    from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
+
+    found: dict[str, OnNpu] = {}
+    for name, node in list(nodes.items())[:MOST_MEASURED]:
+        custom = node.meta.get("custom")
+        node.meta["custom"] = {**(custom or {}), ArmAnnotationInfo.CUSTOM_META_KEY: ArmAnnotationInfo(quantized=True)}
+        try:
+            other = lower(program, npu).delegation
+        except LoweringError:
+            continue
+        finally:
+            if custom is None:
+                del node.meta["custom"]
+            else:
+                node.meta["custom"] = custom
+        cycles = other.npu_cycles
+        if cycles is not None and name not in other.rejections and other.compiled:  # the NPU runs it now
+            clock = next(iter(other.compiled.values())).estimate.clock_hz
+            found[name] = OnNpu(len(other.blobs), cycles, clock)
+    return replace(delegation, on_npu=found)
 
 
 @contextlib.contextmanager

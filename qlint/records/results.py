@@ -10,7 +10,7 @@ from typing import Any
 
 from qlint._compat import StrEnum
 from qlint.io.reads import printable
-from qlint.io.vela import NpuBlob
+from qlint.io.vela import NpuBlob, NpuPartition
 from qlint.rules.qparams import QParams
 from qlint.rules.table import Code
 
@@ -101,7 +101,9 @@ class ArtifactStats:
     profile: tuple[ProfileRow, ...] = ()  # with a profile: the estimate beside the measurement, per operator
     target: str = ""                  # the NPU the program was lowered for; "": the Cortex-M CPU alone
     partitions: int | None = None     # delegate calls (NPU partitions); None: not lowered for an NPU
-    delegates: tuple[NpuBlob, ...] = ()  # each delegate call's command stream, flash and SRAM, in execution order
+    delegates: tuple[NpuPartition, ...] = ()  # each delegate call's command stream, flash, SRAM, cycles, in order
+    npu_cycles: int | None = None     # of `cycles`, the NPU's (Vela's estimates, on the NPU's clock)
+    cpu_cycles: int | None = None     # of `cycles`, the core's (every op but the delegate calls)
     npu_nodes: dict[str, int] = field(default_factory=dict)  # node id (Model Explorer) -> its NPU partition, from 1
 
     def to_dict(self) -> dict[str, Any]:

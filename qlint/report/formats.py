@@ -300,14 +300,17 @@ def summary_table(report: Report, fmt: str = "simple", name: Callable[[str], str
 
 
 def npu_partitions(stats: ArtifactStats) -> str:
-    """`2 on ethos-u55-128: SRAM 3,392/2,816 B, flash 2,720/3,344 B`: the delegate calls and each one's
-    scratch and weights, in execution order (each call's own: how calls share SRAM is the runtime's)."""
+    """`2 on ethos-u55-128: 12,800/19,469 NPU cycles, SRAM 3,392/2,816 B, flash 2,720/3,344 B`: the
+    delegate calls and each one's Vela cycles (when compiled here), scratch and weights, in execution
+    order (each call's own: how calls share SRAM is the runtime's)."""
     if stats.partitions is None:
         return "-"
     if not stats.delegates:
         return f"{stats.partitions} on {stats.target}"
     sram, flash = ("/".join(f"{getattr(d, field):,}" for d in stats.delegates) for field in ("sram", "flash"))
-    return f"{stats.partitions} on {stats.target}: SRAM {sram} B, flash {flash} B"
+    cycles = [d.npu_cycles for d in stats.delegates]
+    timed = "/".join(f"{c:,}" for c in cycles if c is not None) + " NPU cycles, " if None not in cycles else ""
+    return f"{stats.partitions} on {stats.target}: {timed}SRAM {sram} B, flash {flash} B"
 
 
 def totals(report: Report) -> str:

@@ -36,7 +36,7 @@ from typing import Any
 from qlint import __version__
 from qlint.io.limits import CONFIG_MAX_BYTES, RECORD_MAX_BYTES
 from qlint.io.reads import ReadError, read_input
-from qlint.io.vela import NpuBlob
+from qlint.io.vela import NpuPartition
 from qlint.io.writes import write_atomic
 from qlint.records.results import (
     ArtifactStats,
@@ -55,7 +55,7 @@ from qlint.rules.table import Code
 from qlint.settings.config import Config, Target
 from qlint.settings.options import RunOptions
 
-SCHEMA = 6
+SCHEMA = 7
 KEY_FILE = "signing-key"
 KEY_BYTES = 32
 MAGIC = b"qlint-cache "  # then the entry's signature in hex, a newline and its JSON
@@ -306,7 +306,7 @@ def _finding(data: Any) -> Finding | None:
     return _record(Finding, data, location=location, severity=Severity(severity), code=Code(data["code"]))
 
 
-def _delegates(data: Any) -> tuple[NpuBlob, ...] | None:
+def _delegates(data: Any) -> tuple[NpuPartition, ...] | None:
     """Each delegate call's blob figures; its I/O shapes lists of integers, as Vela packed them."""
     if not isinstance(data, list):
         return None
@@ -316,7 +316,7 @@ def _delegates(data: Any) -> tuple[NpuBlob, ...] | None:
         if len(shapes) != 2 or not all(isinstance(s, list) and all(_integers(shape) for shape in s) for s in shapes):
             return None
         inputs, outputs = (tuple(tuple(shape) for shape in side) for side in shapes if side is not None)
-        blob = _record(NpuBlob, item, inputs=inputs, outputs=outputs)
+        blob = _record(NpuPartition, item, inputs=inputs, outputs=outputs)
         if blob is None:
             return None
         found.append(blob)

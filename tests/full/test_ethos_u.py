@@ -6,6 +6,7 @@ SRAM and flash."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -62,7 +63,11 @@ def test_a_float_scale_splits_attention_in_two_partitions_and_folds(quantized: A
     assert linted.stats.partitions == 2
     assert div.message == (
         "aten.div.Tensor (float32) runs on the CPU between NPU partitions 1 and 2, splitting the NPU's work; "
-        "2 NPU partitions on ethos-u55-128: left in float by the quantizer: no int8 annotation for aten.div.Tensor")
+        "2 NPU partitions on ethos-u55-128: left in float by the quantizer: no int8 annotation for aten.div.Tensor; "
+        f"est. {div.details['cycles']:,} cycles, {div.details['time_share']:.1%} of the artifact's time")
+    # its dequantize, div and quantize on the CPU; a div marked quantized is still no TOSA INT op, so
+    # the program compiled the other way keeps it on the CPU: no figure for the split
+    assert div.details["cycles"] == div.details["cpu_cycles"] > 0 and "npu_split_cycles" not in div.details
     assert where(div) == ("examples/npu.py", line_of("scores = scores / math.sqrt(self.dim)"))
     assert (div.details["after_partition"], div.details["splits"], div.details["dtype"]) == (1, True, "float32")
     assert [r["check"] for r in div.details["reasons"]] == ["tosa_support_factory", "CheckArmQuantized"]
@@ -117,7 +122,9 @@ def test_an_embedding_gathers_on_the_cpu_in_float_on_u55(quantized: Any) -> None
     assert "runs on the CPU before the first NPU partition" in gather.message
     assert "`index_select`: no U55 operator" in gather.details["causes"]
     [coverage] = [f for f in linted.findings if f.code == "QL005"]
+    int8 = 1 - linted.stats.fp32_cycles / linted.stats.cycles  # the NPU's share, and the CPU's int8 work
     assert coverage.message == ("NPU coverage 50.0% < 90%: 1 of 2 compute ops run on the CPU (index_select x1); "
+                                f"{math.floor(int8 * 1000) / 10:.1f}% of the estimated time is int8; "
                                 "main cause (1 ops): `index_select`: no U55 operator")
 
 
@@ -138,7 +145,9 @@ def test_the_cli_checks_a_pt2_for_a_target_and_reports_partitions_and_delegates(
     assert all(set(d) >= {"sram", "flash"} for d in stats["delegates"])
     assert sorted(f["code"] for f in data["findings"]) == ["QL001", "QL007", "QL010"]
     sram, flash = ("/".join(f"{d[field]:,}" for d in stats["delegates"]) for field in ("sram", "flash"))
-    assert f"| 2 on {U55}: SRAM {sram} B, flash {flash} B |" in (tmp_path / "report.md").read_text()
+    cycles = "/".join(f"{d['npu_cycles']:,}" for d in stats["delegates"])
+    cell = f"| 2 on {U55}: {cycles} NPU cycles, SRAM {sram} B, flash {flash} B |"
+    assert cell in (tmp_path / "report.md").read_text()
 
 
 def test_a_check_that_refuses_without_a_reason_is_named_never_an_empty_cause() -> None:
@@ -174,3 +183,60 @@ def test_a_dtype_cause_names_the_input_the_check_named_and_a_check_that_raised_i
         Rejection("CheckSomething", False, "the check raised KeyError: 'val'"))}
     assert causes(node, Delegation(U55, "TOSA-1.0+INT+u55", rejections, {}, {})) == [
         "a bool input (x_1) that U55's integer-only TOSA profile does not take"]
+
+
+def vela_cycles(tosa: bytes, accelerator: str, folder: Path) -> int:
+    """Vela's own estimate for one partition's TOSA, compiled again apart from qlint's lowering."""
+    import contextlib
+    import csv
+    import io
+
+    from ethosu.vela import vela
+
+    from qlint.loading import ethos_u
+
+    (folder / "part.tosa").write_bytes(tosa)
+    flags = [*ethos_u.compile_spec(npu(accelerator)).compiler_flags, f"--output-dir={folder}",
+             str(folder / "part.tosa")]
+    with contextlib.redirect_stdout(io.StringIO()):
+        vela.main(flags)
+    [summary] = folder.glob("part_summary_*.csv")
+    return round(float(next(csv.DictReader(summary.open()))["cycles_total"]))
+
+
+@pytest.mark.model("make_attention@npu")
+def test_each_delegate_is_priced_at_velas_estimate_and_the_inference_adds_the_cpu(
+        quantized: Any, tmp_path: Path) -> None:
+    config = replace(Config(root=ROOT), npu=npu(U55))
+    lowered = lint_program(quantized("make_attention", npu=U55), "make_attention", config)
+    stats = lowered.stats
+    from qlint.loading import ethos_u
+
+    delegation = ethos_u.lower(quantized("make_attention", npu=U55), npu(U55)).delegation
+    again = [vela_cycles(c.tosa, U55, tmp_path / str(k)) for k, c in enumerate(delegation.compiled.values())
+             if (tmp_path / str(k)).mkdir() is None]
+    assert [d.npu_cycles for d in stats.delegates] == again and len(again) == 2
+    assert stats.npu_cycles == sum(again)
+    # no board: no clock for the core, so the NPU's cycles count as they are
+    assert stats.cycles == stats.cpu_cycles + stats.npu_cycles and stats.cpu_cycles > 0
+    assert stats.latency_ms is None
+    calls = [c for c in stats.costliest if c.what.startswith("NPU partition")]
+    assert sorted(c.what for c in calls) == [f"NPU partition {k}, {n:,} NPU cycles" for k, n in
+                                             sorted(enumerate(again, 1), key=lambda kn: f"NPU partition {kn[0]}")]
+
+
+@pytest.mark.model("make_conv_hardswish@npu")
+def test_a_fallback_says_what_the_split_costs_by_compiling_the_program_both_ways(quantized: Any) -> None:
+    linted = lint(quantized, "make_conv_hardswish", U55)
+    total = linted.stats.npu_cycles
+    found = fallbacks(linted)
+    assert len(found) == 2 and total == sum(d.npu_cycles for d in linted.stats.delegates)
+    for finding in found:
+        details = finding.details
+        assert details["partitions_on_npu"] == 2  # the other hardswish still splits
+        assert details["npu_split_cycles"] == total - details["npu_cycles_on_npu"] > 0
+        assert details["cycles"] == details["cpu_cycles"] + details["npu_split_cycles"]
+        assert details["time_share"] == round(details["cycles"] / linted.stats.cycles, 4)
+        assert (f"; the split costs the NPU {details['npu_split_cycles']:,} cycles ({total:,} as it is, "
+                f"{details['npu_cycles_on_npu']:,} with it quantized onto the NPU: 2 partitions); "
+                f"est. {details['cycles']:,} cycles, ") in finding.message

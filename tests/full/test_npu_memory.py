@@ -19,6 +19,7 @@ from conftest import run_cli
 
 from qlint.fix.measure import AS_LOWERED_NPU
 from qlint.io.vela import NpuBlob
+from qlint.report.escape import github_value
 
 pytestmark = pytest.mark.model("make_attention@npu")
 
@@ -134,12 +135,13 @@ def test_every_format_the_baseline_and_the_result_cache_answer_an_npu_pt2(
     name = load_catalog()["QL010"].name
     assert code == 1 and sorted(line.split("title=")[1][:5] for line in out.splitlines()) == codes
     where = by_code["QL010"]["location"]
-    assert (f"::warning file={where['path']},line={where['line']},title=QL010 {name}::attention.pt2: "
-            f"{by_code['QL010']['message']}") in out.splitlines()
+    assert (f"::warning file={where['path']},line={where['line']},title=QL010 {name}::"
+            + github_value(f"attention.pt2: {by_code['QL010']['message']}")) in out.splitlines()
 
     code, out, _ = run_cli([*check, "--output-format", "markdown"], capsys)
     sram, flash = ("/".join(f"{getattr(b, part):,}" for b in blobs) for part in ("sram", "flash"))
-    assert code == 1 and f"| 2 on {U55}: SRAM {sram} B, flash {flash} B |" in out
+    cycles = "/".join(f"{d['npu_cycles']:,}" for d in stats["delegates"])
+    assert code == 1 and f"| 2 on {U55}: {cycles} NPU cycles, SRAM {sram} B, flash {flash} B |" in out
 
     code, out, err = run_cli([*check, "--write-baseline", "baseline.json"], capsys)
     assert code == 0, err
