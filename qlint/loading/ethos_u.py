@@ -64,6 +64,9 @@ class Compiled:
     writers: dict[str, Any]
     estimate: NpuEstimate
     processed: bytes
+    # the nodes a writer's provenance names (`meta["from_node"]`) may be: the partition's nodes before
+    # Arm's passes, and every node those passes erased, by name (the first node of a name kept)
+    origins: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,51 @@ def quantizer(npu: Npu) -> Any:
 
     quantizer = EthosUQuantizer(compile_spec(npu))
     quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+    transform = quantizer.transform_for_annotation
+
+    def transform_keeping_provenance(model: Any) -> Any:
+        with _decompositions_keep_provenance():
+            return transform(model)
+
+    quantizer.transform_for_annotation = transform_keeping_provenance
     return quantizer
+
+
+@contextlib.contextmanager
+def _decompositions_keep_provenance() -> Iterator[None]:
+    """Arm's decompositions before annotation (`GetDecompositionPass`: `matmul` into expand, view,
+    `bmm`) trace the op anew with `make_fx`, so the nodes they add have no stack trace and no
+    `from_node`: the NPU's MatMul would name no source line. Traced with torch's
+    `preserve_node_meta` and the decomposed node as the current node, they carry its stack trace and
+    name it in `from_node`, as the nodes a torch decomposition adds do."""
+    import executorch.backends.arm._passes.get_decomposition_pass as decomposition
+    from torch.fx import traceback as fx_traceback
+
+    input_tensors = decomposition.GetDecompositionPass._get_input_tensors
+    make_fx = decomposition.make_fx
+    current: list[Any] = []
+
+    def inputs_of(self: Any, node: Any) -> Any:  # called with each node the pass decomposes, before make_fx
+        current[:] = [node]
+        return input_tensors(self, node)
+
+    def traced_from_current(*args: Any, **kwargs: Any) -> Any:
+        trace = make_fx(*args, **kwargs)
+
+        def run(*inputs: Any) -> Any:
+            if not current:
+                return trace(*inputs)
+            with fx_traceback.preserve_node_meta(), fx_traceback.set_current_meta(current[0], "decomposition"):
+                return trace(*inputs)
+        return run
+
+    decomposition.GetDecompositionPass._get_input_tensors = inputs_of
+    decomposition.make_fx = traced_from_current
+    try:
+        yield
+    finally:
+        decomposition.GetDecompositionPass._get_input_tensors = input_tensors
+        decomposition.make_fx = make_fx
 
 
 def lower(program: Any, npu: Npu) -> NpuLowering:
@@ -214,15 +261,22 @@ def _compiling(into: list[Compiled]) -> Iterator[None]:
     `--verbose-performance` and only into its output folder: each partition gets a folder of its own
     (ExecuTorch's `vela_compile` writes every partition into the same one). The TOSA is what it was:
     the debug hook that names each operator's node is ExecuTorch's JSON mode, which changes nothing
-    in the flatbuffer, and with no intermediate path ExecuTorch writes no file of its own."""
+    in the flatbuffer, and with no intermediate path ExecuTorch writes no file of its own. A node
+    visitor also emits operators the hook never sees (the RESCALE to int32 in front of an ADD or a
+    REDUCE_MAX): every tensor an operator writes while a node is visited is that node's. Arm's passes
+    replace nodes, some (a TABLE) with no `from_node`: the nodes they erase are kept by name."""
     import executorch.backends.arm.ethosu.backend as ethosu_backend
     import executorch.backends.arm.tosa.backend as tosa_backend
+    import torch
     from executorch.backends.arm.common.arm_compile_spec import ArmCompileSpec
 
     preprocess = tosa_backend.TOSABackend._preprocess
     hook_class = tosa_backend.DebugHook
     vela_compile = ethosu_backend.vela_compile
+    visit = tosa_backend.process_call_function
+    erase = torch.fx.Graph.erase_node
     writers: list[dict[str, Any]] = []
+    origins: list[dict[str, Any]] = []
 
     class Writers(hook_class):  # type: ignore[misc,valid-type]
         def __init__(self, mode: Any) -> None:
@@ -232,9 +286,28 @@ def _compiling(into: list[Compiled]) -> Iterator[None]:
         def add(self, node: Any, tosa_op: Any, tosa_op_id: Any) -> None:
             writers[-1][str(tosa_op)] = node  # only the TOSA mode embeds what this returns
 
+    def visited(node: Any, tosa_graph: Any, *args: Any, **kwargs: Any) -> Any:
+        block = tosa_graph.currRegion.currBasicBlock
+        before = len(block.operators)
+        result = visit(node, tosa_graph, *args, **kwargs)
+        written = writers[-1] if writers else {}
+        for operator in block.operators[before:]:
+            written.update((str(name), node) for name in operator.outputs)
+        return result
+
+    def erased(graph: Any, node: Any) -> Any:
+        if origins:
+            origins[-1].setdefault(node.name, node)
+        return erase(graph, node)
+
     def to_tosa(edge_program: Any, tosa_spec: Any) -> Any:
         tosa_spec.tosa_debug_mode = ArmCompileSpec.DebugMode.JSON
-        return preprocess(edge_program, tosa_spec)
+        origins.append({node.name: node for node in edge_program.graph.nodes})
+        torch.fx.Graph.erase_node = erased
+        try:
+            return preprocess(edge_program, tosa_spec)
+        finally:
+            torch.fx.Graph.erase_node = erase
 
     def compile_estimated(tosa_flatbuffer: bytes, args: list[str], verbose: bool = False,
                           intermediate_path: str | None = None, block_placements: Any = None) -> Any:
@@ -243,18 +316,21 @@ def _compiling(into: list[Compiled]) -> Iterator[None]:
             output = Path(folder, "output")
             summary = next(iter(sorted(output.glob("out_summary_*.csv")))).read_text()
             estimate = read_vela_estimate(summary, (output / "out_per-layer.csv").read_text())
-        into.append(Compiled(tosa_flatbuffer, writers[-1] if writers else {}, estimate, result.processed_bytes))
+        into.append(Compiled(tosa_flatbuffer, writers[-1] if writers else {}, estimate, result.processed_bytes,
+                             origins[-1] if origins else {}))
         return result
 
     tosa_backend.DebugHook = Writers
     tosa_backend.TOSABackend._preprocess = staticmethod(to_tosa)
     ethosu_backend.vela_compile = compile_estimated
+    tosa_backend.process_call_function = visited
     try:
         yield
     finally:
         tosa_backend.DebugHook = hook_class
         tosa_backend.TOSABackend._preprocess = staticmethod(preprocess)
         ethosu_backend.vela_compile = vela_compile
+        tosa_backend.process_call_function = visit
 
 
 def _by_call(program: Any, compiled: list[Compiled]) -> dict[str, Compiled]:
