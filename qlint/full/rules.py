@@ -30,6 +30,7 @@ from qlint.analysis.islands import (
     fp32_elements,
     fp32_total,
 )
+from qlint.analysis.npu_cycles import npu_cycles
 from qlint.analysis.partitions import Partitions, cpu_ops, partitions
 from qlint.analysis.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.analysis.validity import Invalid, find_invalid, restorable
@@ -420,17 +421,29 @@ def _delegated(view: GraphView, call: Node) -> list[Node]:
     return list(original.graph.nodes) if original is not None else []
 
 
-def costliest(view: GraphView, cost: ProgramCost, root: Path, shown: int = 20) -> tuple[Contributor, ...]:
+def costliest(view: GraphView, cost: ProgramCost, root: Path, shown: int = 20,
+              delegation: Delegation | None = None) -> tuple[Contributor, ...]:
     """The ops that take the most of the estimate, costliest first, at their model source lines: what a
-    latency or cycles budget names (its first five) and the time plot draws."""
+    latency or cycles budget names (its first five) and the time plot draws. An NPU partition's time is
+    given by the source lines Vela's per-layer cycles come from (`analysis.npu_cycles`), and what no
+    line was derived for as the partition's own."""
     nodes = {n.name: n for n in view.nodes}
-    calls = {o.node: number for number, o in enumerate((o for o in cost.ops if o.npu), start=1)}
-    ops = sorted(cost.ops, key=lambda o: (-o.cycles, o.node))[:shown]
-    return tuple(Contributor(o.node, round(o.cycles),
-                             f"{NPU_PART} {calls[o.node]}, {o.work:,} NPU cycles" if o.npu else
-                             f"{base_name(o.op)}, {o.work:,} {o.unit}s{', fp32' if o.fp32 else ''}",
-                             locate(nodes[o.node].meta.get("stack_trace"), root) if o.node in nodes else None)
-                 for o in ops)
+    found = [Contributor(o.node, round(o.cycles),
+                         f"{base_name(o.op)}, {o.work:,} {o.unit}s{', fp32' if o.fp32 else ''}",
+                         locate(nodes[o.node].meta.get("stack_trace"), root) if o.node in nodes else None)
+             for o in cost.ops if not o.npu]
+    lines = npu_cycles(delegation, root) if delegation is not None else {}
+    for number, o in enumerate((o for o in cost.ops if o.npu), start=1):
+        on_core = o.cycles / o.work if o.work else 1.0  # the core's cycles for one of the NPU's
+        placed = lines.get(o.node)
+        for where, cycles in (placed.by_line.items() if placed else ()):
+            found.append(Contributor(o.node, round(cycles * on_core), f"{NPU_PART} {number}, {cycles:,} NPU cycles",
+                                     where))
+        rest = o.work - (placed.attributed if placed else 0)
+        if rest:
+            what = f"{NPU_PART} {number}, {rest:,} NPU cycles{' at no source line' if placed else ''}"
+            found.append(Contributor(o.node, round(rest * on_core), what, None))
+    return tuple(sorted(found, key=lambda c: (-c.amount, c.name))[:shown])
 
 
 def _percent_down(ratio: float) -> str:
@@ -493,7 +506,7 @@ def run_rules(
         fp32_cycles=cost.fp32_cycles if cost else None,
         latency_ms=cost.latency_ms() if cost and not cost.unpriced else None,
         core=cost.core.describe() if cost else "",
-        costliest=costliest(view, cost, config.root) if cost else (),
+        costliest=costliest(view, cost, config.root, delegation=delegation) if cost else (),
         node_cycles=graph_nodes(view, cost.by_node(view)) if cost else {},
         measured_runs=cost.runs if cost else 0,
         profile=compare(estimated, cost) if cost and estimated and cost.runs else (),
