@@ -21,13 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch.fx import Node
 
 from qlint.analysis.values import (
+    DelegateRunner,
     Divergence,
+    NotRun,
     OverBudget,
     Runnable,
     Stepper,
@@ -288,11 +290,19 @@ def _float_read(view: GraphView, kernel: Node, arg: Node) -> FloatRead:
     return FloatRead(kernel, producer, qparams, tuple(reversed(through)))
 
 
-def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]] = ()) -> Invalid | Unchecked | None:
+@overload
+def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]] = (),
+                 delegates: None = None) -> Invalid | Unchecked | None: ...
+@overload
+def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]],
+                 delegates: DelegateRunner) -> Invalid | Unchecked | NotRun | None: ...
+def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]] = (),
+                 delegates: DelegateRunner | None = None) -> Invalid | Unchecked | NotRun | None:
     """The first node of a lowered program that cannot run, or None. With `batches` and the quantized
     program the view was made with, a program that runs is also run against it on them: the first
-    node whose values the lowering changed. Unchecked when a run this needs would hold more than the
-    check may (`values.RUN_BUDGET_BYTES`): where it stopped."""
+    node whose values the lowering changed, each delegate call computed by `delegates` (NotRun where
+    it cannot be). Unchecked when a run this needs would hold more than the check may
+    (`values.RUN_BUDGET_BYTES`): where it stopped."""
     open_question = False
     for node in view.nodes:
         if node.op != "call_function":
@@ -306,7 +316,7 @@ def find_invalid(view: GraphView, batches: Sequence[tuple[Any, ...]] = ()) -> In
     failing = _first_failing(view) if open_question else None
     if failing is not None or view.quantized is None or not batches:
         return failing
-    diverged = first_divergence(view, batches)
+    diverged = first_divergence(view, batches, delegates)
     return _divergence_problem(diverged) if isinstance(diverged, Divergence) else diverged
 
 

@@ -21,6 +21,10 @@ The two programs run in step, node by node, and each value is dropped as soon as
 holds what is live, never every tensor of both programs; a compared node is judged a slice at a time.
 What it holds at once is bounded (`RUN_BUDGET_BYTES`): a node whose recorded output would not fit is
 not run, and the check says where it stopped (`Unchecked`), never nothing.
+
+A delegate call (an Ethos-U partition) is computed by the runner the check is given
+(`qlint.analysis.tosa`: its TOSA on the reference model) and judged at its outputs as any compared
+node; a call the runner cannot compute stops the check, which says so (`NotRun`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from torch.fx import Interpreter, Node
 
 from qlint.io.limits import RUN_BUDGET_BYTES
 from qlint.loading.view import (
+    DELEGATE_CALL,
     QUANTIZE_OPS,
     GraphView,
     Kind,
@@ -66,6 +71,8 @@ class Divergence:
     lowered: float      # one value where it is largest, dequantized, in the lowered program ...
     expected: float     # ... and in the quantized program
     batch: int          # which input batch showed it
+    differing: int = 0  # how many of its values are more than `tolerance` steps apart ...
+    values: int = 0     # ... of how many
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,26 @@ class Unchecked:
     held: float         # bytes: what it held, the node's recorded output and the node's comparison
     budget: int         # what it may hold
     check: str          # "values" (against the quantized program) or "run" (whether every op runs)
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """A delegate call the check could not compute on the host (`DelegateFailed`): the run stopped there."""
+
+    node: Node          # the call, in the lowered program
+    reason: str         # one line
+
+
+class DelegateFailed(Exception):
+    """Raised by a delegate runner that cannot compute the call `node`: `reason` is one line."""
+
+    def __init__(self, node: Node, reason: str) -> None:
+        super().__init__(reason)
+        self.node, self.reason = node, reason
+
+
+# Computes a delegate call of the lowered program on the host, from the call node and its arguments.
+DelegateRunner = Callable[[Node, Sequence[Any]], tuple[Any, ...]]
 
 
 class OverBudget(Exception):
@@ -310,16 +337,22 @@ class _Worst:
     steps: float = 0.0
     lowered: float = 0.0
     expected: float = 0.0
+    over: int = 0        # values more than the tolerance apart
+    values: int = 0      # values compared
 
 
-def _worst(got: torch.Tensor, want: torch.Tensor, qparams: QParams, finite: torch.Tensor | None) -> _Worst:
+def _worst(got: torch.Tensor, want: torch.Tensor, qparams: QParams, finite: torch.Tensor | None,
+           tolerance: float = DIVERGED_STEPS) -> _Worst:
     """|lowered - reference| in quantization steps, the reference quantized as the lowering reads it,
-    compared a slice at a time; elements where `finite` is False are not compared."""
-    worst = _Worst()
+    compared a slice at a time, and how many values differ by more than `tolerance`; elements where
+    `finite` is False are not compared."""
+    worst, over, values = _Worst(), 0, 0
     for parts in _parts(got, want, *([finite] if finite is not None else [])):
         steps = (parts[0].double() - _integers(parts[1], qparams, torch.float64)).abs()
         if finite is not None:
             steps = torch.where(parts[2], steps, 0.0)
+        over += int((steps > tolerance).sum())
+        values += steps.numel()
         at = int(steps.argmax())
         largest = float(steps.reshape(-1)[at])
         if largest > worst.steps:
@@ -327,7 +360,7 @@ def _worst(got: torch.Tensor, want: torch.Tensor, qparams: QParams, finite: torc
             if not parts[1].is_floating_point():
                 expected = (expected - qparams.zero_point) * qparams.scale
             worst = _Worst(largest, (lowered - qparams.zero_point) * qparams.scale, expected)
-    return worst
+    return replace(worst, over=over, values=values)
 
 
 def _float_twins(twins: dict[Node, str]) -> dict[Node, str]:
@@ -382,10 +415,12 @@ class _Forced(Stepper):
     is `found`."""
 
     def __init__(self, pairs: list[tuple[Node, str, QParams]], floats: dict[str, str], reads: dict[str, str],
-                 runnable: Runnable, batch: tuple[Any, ...], held: Held, reference: _Reference) -> None:
+                 runnable: Runnable, batch: tuple[Any, ...], held: Held, reference: _Reference,
+                 delegates: DelegateRunner | None = None, tolerance: float = DIVERGED_STEPS) -> None:
         super().__init__(runnable, batch, held, "lowered")
         self.pairs = {node.name: (name, qparams) for node, name, qparams in pairs}
         self.floats, self.reads, self.reference = floats, reads, reference
+        self.delegates, self.tolerance = delegates, tolerance
         self.found: tuple[str, _Worst] | None = None
 
     def extra(self, node: Node) -> float:
@@ -398,7 +433,11 @@ class _Forced(Stepper):
             if isinstance(want, torch.Tensor) and isinstance(recorded, torch.Tensor) \
                     and want.shape == recorded.shape and want.dtype == recorded.dtype:
                 return want
-        got = super().compute(node)
+        if self.delegates is not None and base_name(op_name(node)) == DELEGATE_CALL:
+            args, _ = self.fetch_args_kwargs_from_env(node)
+            got = self.delegates(node, args)
+        else:
+            got = super().compute(node)
         if node.name not in self.pairs:
             return got
         name, qparams = self.pairs[node.name]
@@ -408,8 +447,9 @@ class _Forced(Stepper):
         # Where what the quantize reads is not finite (a division by zero) the quantized program saturates
         # and a kernel may give any value: those elements are not compared.
         finite = self.reference.finite.get(self.reads.get(name, ""))
-        worst = _worst(got, want, qparams, finite if finite is not None and finite.shape == got.shape else None)
-        if worst.steps > DIVERGED_STEPS and self.found is None:
+        worst = _worst(got, want, qparams, finite if finite is not None and finite.shape == got.shape else None,
+                       self.tolerance)
+        if worst.steps > self.tolerance and self.found is None:
             self.found = (node.name, worst)
         return _as_read(want, qparams, got.dtype)
 
@@ -424,11 +464,13 @@ def by_name(nodes: Iterable[Node], node: Node) -> Node:
     return next((n for n in nodes if n.name == node.name), node)
 
 
-def first_divergence(view: GraphView, batches: Sequence[tuple[Any, ...]]) -> Divergence | Unchecked | None:
+def first_divergence(view: GraphView, batches: Sequence[tuple[Any, ...]], delegates: DelegateRunner | None = None,
+                     tolerance: float = DIVERGED_STEPS) -> Divergence | Unchecked | NotRun | None:
     """The first compared node of a lowered program that, given the inputs the quantized program it was
-    lowered from (`view.quantized`) gives it, computes integers more than DIVERGED_STEPS from that
+    lowered from (`view.quantized`) gives it, computes integers more than `tolerance` steps from that
     program's on any batch; None when all agree or when either program cannot run on the batches
     (QL007's other checks say why); Unchecked when the runs would hold more than RUN_BUDGET_BYTES at once.
+    `delegates` computes each delegate call (an NPU partition) on the host; NotRun when it cannot.
 
     The two programs run in step, node by node, each value dropped once nothing needs it: they hold
     what is live in both and the quantized program's values the lowered run has yet to ask for."""
@@ -451,17 +493,20 @@ def first_divergence(view: GraphView, batches: Sequence[tuple[Any, ...]]) -> Div
         try:
             with torch.no_grad():
                 run = _Reference(reference, batch, budget, Counter(wanted), set(reads.values()))
-                forced = _Forced(pairs, floats, reads, lowered, batch, budget, run)
+                forced = _Forced(pairs, floats, reads, lowered, batch, budget, run, delegates, tolerance)
                 while forced.found is None and forced.step() is not None:
                     pass
         except OverBudget as over:
             stopped = over.unchecked
             graph = view.nodes if stopped.program == "lowered" else quantized.graph.nodes
             return replace(stopped, node=by_name(graph, stopped.node))
+        except DelegateFailed as failed:
+            return NotRun(by_name(view.nodes, failed.node), failed.reason)
         except Exception:  # noqa: BLE001 - a program that cannot run is the run check's finding
             return None
         if forced.found is not None:
             name, worst = forced.found
             node = next(n for n in view.nodes if n.name == name)
-            return Divergence(node, view.as_quantized(node), worst.steps, worst.lowered, worst.expected, index)
+            return Divergence(node, view.as_quantized(node), worst.steps, worst.lowered, worst.expected, index,
+                              worst.over, worst.values)
     return None

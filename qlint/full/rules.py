@@ -33,17 +33,18 @@ from qlint.analysis.islands import (
 from qlint.analysis.npu_cycles import npu_cycles
 from qlint.analysis.partitions import Partitions, cpu_ops, partitions
 from qlint.analysis.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
+from qlint.analysis.tosa import DelegateValues
 from qlint.analysis.validity import Invalid, find_invalid, restorable
-from qlint.analysis.values import Unchecked
+from qlint.analysis.values import DIVERGED_STEPS, NotRun, Unchecked
 from qlint.device.cost import ProgramCost, compare, core_of, estimate
 from qlint.full.npu import fallback_findings, miswired_calls, why_on_cpu
 from qlint.io.limits import MIB
 from qlint.io.reads import first_line
 from qlint.io.vela import NpuPartition
 from qlint.loading.ethos_u import Delegation
-from qlint.loading.inputs import check_inputs
+from qlint.loading.inputs import check_inputs, npu_check_inputs
 from qlint.loading.lowering import LoweringError
-from qlint.loading.view import GraphView, base_name, is_float, numel, op_name
+from qlint.loading.view import DELEGATE_CALL, GraphView, base_name, is_float, numel, op_name
 from qlint.records.results import NPU_PART, ArtifactStats, Contributor, Finding, Location, Severity, shapes_elided
 from qlint.records.source import locate, module_path
 from qlint.rules import builders
@@ -337,9 +338,69 @@ def lowered_program_invalid(context: Context) -> list[Finding]:
         return []  # the quantized program QL003 falls back on is not meant to run on the device
     if context.delegation is not None:
         miswired = miswired_calls(context.partitions, context.delegation, context.factory.finding)
-        return miswired or [npu_unchecked(context, context.delegation)]
+        return miswired or npu_values(context, context.delegation)
     invalid = find_invalid(context.view, [] if context.values_verified else check_inputs(context.view.quantized))
-    return [invalid_finding(context.view, context.factory, invalid)] if invalid is not None else []
+    return [invalid_finding(context.view, context.factory, invalid)] if isinstance(invalid, (Invalid, Unchecked)) \
+        else []
+
+
+def npu_values(context: Context, delegation: Delegation) -> list[Finding]:
+    """QL007 on a program lowered for an Ethos-U: run with each NPU partition's TOSA on the TOSA reference
+    model and its CPU ops on the reference kernels, against the quantized program, on the sample inputs
+    and seeded batches. A `.pte` keeps only Vela's command streams, which run on the NPU alone."""
+    if not delegation.compiled:
+        return [npu_unchecked(context, delegation)]
+    view = context.view
+    found = find_invalid(view, npu_check_inputs(view.quantized), DelegateValues(delegation))
+    if isinstance(found, NotRun):
+        return [npu_not_run(context, found)]
+    if isinstance(found, Invalid) and found.divergence is not None and _partition_output(found.node) is not None:
+        return [npu_diverged(context, found)]
+    return [invalid_finding(view, context.factory, found)] if found is not None else []
+
+
+def _partition_output(node: Node) -> tuple[Node, int] | None:
+    """The delegate call a `getitem` reads, and which of its outputs."""
+    call, index = (node.args + (None, None))[:2]
+    if base_name(op_name(node)) != "getitem" or not isinstance(call, Node) or not isinstance(index, int):
+        return None
+    return (call, index) if base_name(op_name(call)) == DELEGATE_CALL else None
+
+
+def _partition_number(context: Context, call: Node) -> int:
+    """The call's partition, counted from 1 in execution order as QL010 counts them."""
+    return next((i for i, n in enumerate(context.partitions.delegates, 1) if n.name == call.name), 0)
+
+
+def npu_diverged(context: Context, invalid: Invalid) -> Finding:
+    """QL007 for a partition whose TOSA, run on the reference model on the quantized program's inputs to
+    it, writes other integers than the quantized program: the first such output."""
+    diverged, where = invalid.divergence, _partition_output(invalid.node)
+    assert diverged is not None and where is not None
+    call, output = where
+    number = _partition_number(context, call)
+    message = (f"lowered program computes other values: NPU partition {number} ({call.name}), its TOSA run on the "
+               f"TOSA reference model, writes output {output} ({invalid.node.name}) other than the quantized "
+               f"program's {diverged.reference.name}: {diverged.differing} of {diverged.values} values more than "
+               f"{DIVERGED_STEPS} quantization steps apart, up to {diverged.steps:.0f}: {diverged.lowered:.6g} where "
+               f"that gives {diverged.expected:.6g} (on input {diverged.batch}, the partition's inputs taken from the "
+               "quantized program)")
+    return context.factory.finding(
+        Code.LOWERED_PROGRAM_INVALID, message, (invalid.node, call), op=op_name(call), partition=number,
+        output=output, reference=diverged.reference.name, steps=diverged.steps, differing=diverged.differing,
+        values=diverged.values, lowered_value=diverged.lowered, expected_value=diverged.expected,
+        batch=diverged.batch, graph_nodes=graph_nodes(context.view, {call: 0}))
+
+
+def npu_not_run(context: Context, not_run: NotRun) -> Finding:
+    """QL007 when a partition's TOSA cannot run on the reference model: said as a run the check could not
+    make (`unchecked_message`): a check that could not run never passes."""
+    number = _partition_number(context, not_run.node)
+    return context.factory.finding(
+        Code.LOWERED_PROGRAM_INVALID,
+        f"lowered program's values cannot be checked: NPU partition {number} ({not_run.node.name}) cannot run on "
+        f"the TOSA reference model: {not_run.reason}",
+        (not_run.node,), unchecked="tosa", op=op_name(not_run.node), partition=number, reason=not_run.reason)
 
 
 def npu_fallback(context: Context) -> list[Finding]:
@@ -351,9 +412,9 @@ def npu_fallback(context: Context) -> list[Finding]:
 
 
 def npu_unchecked(context: Context, delegation: Delegation) -> Finding:
-    """QL007 on a program with NPU partitions: their command streams run on the Ethos-U only, so the
-    check cannot run the lowered program beside the quantized one. Said at info severity: it is a
-    limit of the check, on every such program, not a fault of this one."""
+    """QL007 on a `.pte` with NPU partitions: it keeps their command streams, which run on the Ethos-U
+    only, and no TOSA, so the check cannot run the program beside the quantized one. Said at info
+    severity: it is a limit of the check, on every such program, not a fault of this one."""
     count = len(delegation.blobs)
     finding = context.factory.finding(
         Code.LOWERED_PROGRAM_INVALID,

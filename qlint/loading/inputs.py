@@ -24,6 +24,13 @@ def check_inputs(quantized: Any | None) -> list[tuple[Any, ...]]:
     return [example] if example else []
 
 
+def npu_check_inputs(quantized: Any | None) -> list[tuple[Any, ...]]:
+    """What the check runs a program lowered for an Ethos-U on, its NPU partitions on the TOSA reference
+    model: the sample inputs and VERIFY_SEEDS seeded batches like them, as `--fix` verifies a fold (a
+    partition is many ops judged at its outputs: one batch seldom reaches all of them)."""
+    return verification_inputs(sample_inputs(quantized) if quantized is not None else None)
+
+
 def made_up_inputs(module: Any) -> tuple[Any, ...] | None:
     """One batch for a graph's placeholders, seed 0, each with its recorded shape, dtype and strides:
     what a program that saved no inputs (a `.pte`) is run on. None when an input is not a tensor."""

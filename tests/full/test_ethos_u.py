@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,10 +51,8 @@ def test_fully_quantized_attention_is_one_partition_with_nothing_on_the_cpu(quan
     linted = lint(quantized, "make_attention_folded", accelerator)
     assert (linted.stats.partitions, fallbacks(linted), linted.stats.target) == (1, [], accelerator)
     assert linted.stats.coverage == 1.0
-    [info] = [f for f in linted.findings if f.code == "QL007"]
-    assert (info.severity, info.message) == (
-        "info", f"lowered program's values cannot be checked: its 1 NPU partition run on the {accelerator} only, "
-                "not on this machine")
+    # Its partition's TOSA, run on the TOSA reference model, writes the quantized program's integers.
+    assert [f for f in linted.findings if f.code == "QL007"] == []
 
 
 @pytest.mark.model("make_attention@npu")
@@ -143,7 +142,7 @@ def test_the_cli_checks_a_pt2_for_a_target_and_reports_partitions_and_delegates(
     [stats] = data["artifacts"]
     assert (stats["target"], stats["partitions"], len(stats["delegates"])) == (U55, 2, 2)
     assert all(set(d) >= {"sram", "flash"} for d in stats["delegates"])
-    assert sorted(f["code"] for f in data["findings"]) == ["QL001", "QL007", "QL010"]
+    assert sorted(f["code"] for f in data["findings"]) == ["QL001", "QL010"]  # its values checked, on TOSA
     sram, flash = ("/".join(f"{d[field]:,}" for d in stats["delegates"]) for field in ("sram", "flash"))
     cycles = "/".join(f"{d['npu_cycles']:,}" for d in stats["delegates"])
     cell = f"| 2 on {U55}: {cycles} NPU cycles, SRAM {sram} B, flash {flash} B |"
@@ -246,3 +245,71 @@ def test_a_fallback_says_what_the_split_costs_by_compiling_the_program_both_ways
         assert (f"; the split costs the NPU {details['npu_split_cycles']:,} cycles ({total:,} as it is, "
                 f"{details['npu_cycles_on_npu']:,} with it quantized onto the NPU: 2 partitions); "
                 f"est. {details['cycles']:,} cycles, ") in finding.message
+
+
+def _corrupted_lowering(monkeypatch: pytest.MonkeyPatch, corrupt: Callable[[Any, dict[str, Any]], None]) -> None:
+    """`ethos_u.lower` with each partition's kept TOSA changed by `corrupt(program, compiled)` after Vela
+    compiled it: what a TOSA lowering that miscomputes would hand the check."""
+    from qlint.loading import ethos_u
+
+    lower = ethos_u.lower
+
+    def lowered(program: Any, target: Any) -> Any:
+        result = lower(program, target)
+        corrupt(program, result.delegation.compiled)
+        return result
+
+    monkeypatch.setattr(ethos_u, "lower", lowered)
+
+
+@pytest.mark.model("make_attention@npu")
+def test_a_partition_whose_tosa_changes_the_values_is_named(quantized: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    def negate_q_weights(program: Any, compiled: dict[str, Any]) -> None:
+        weight = program.state_dict["_frozen_param0"].contiguous().numpy().tobytes()  # the first linear's int8
+        first = compiled["executorch_call_delegate"]
+        assert first.tosa.count(weight) == 1
+        negated = bytes((-int.from_bytes([b], signed=True)) & 0xFF for b in weight)
+        compiled["executorch_call_delegate"] = replace(first, tosa=first.tosa.replace(weight, negated))
+
+    _corrupted_lowering(monkeypatch, negate_q_weights)
+    linted = lint(quantized, "make_attention", U55)
+    [error] = [f for f in linted.findings if f.code == "QL007"]
+    assert (error.severity, error.node) == ("error", "getitem")
+    assert error.message.startswith(
+        "lowered program computes other values: NPU partition 1 (executorch_call_delegate), its TOSA run on the TOSA "
+        "reference model, writes output 0 (getitem) other than the quantized program's quantize_per_tensor_10: ")
+    assert error.message.endswith("(on input 0, the partition's inputs taken from the quantized program)")
+    details = error.details
+    assert (details["partition"], details["output"], details["values"], details["batch"]) == (1, 0, 256, 0)
+    assert details["differing"] > 0 and details["steps"] > 2
+    assert f"{details['differing']} of 256 values more than 2 quantization steps apart, up to " \
+           f"{details['steps']:.0f}: " in error.message
+
+
+@pytest.mark.model("make_attention@npu")
+def test_a_partition_the_reference_model_cannot_run_is_said_never_skipped(
+        quantized: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    def swap(program: Any, compiled: dict[str, Any]) -> None:
+        first, second = compiled["executorch_call_delegate"], compiled["executorch_call_delegate_1"]
+        compiled["executorch_call_delegate"] = replace(first, tosa=second.tosa)  # reads 2 inputs, is given 1
+
+    _corrupted_lowering(monkeypatch, swap)
+    linted = lint(quantized, "make_attention", U55)
+    [error] = [f for f in linted.findings if f.code == "QL007"]
+    assert (error.severity, error.node, error.details["unchecked"], error.details["partition"]) == (
+        "error", "executorch_call_delegate", "tosa", 1)
+    assert error.message == (
+        "lowered program's values cannot be checked: NPU partition 1 (executorch_call_delegate) cannot run on the "
+        f"TOSA reference model: {error.details['reason']}")
+    assert "\n" not in error.message
+
+
+@pytest.mark.model("make_attention@npu")
+def test_a_missing_reference_model_is_said_never_skipped(quantized: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tosa_reference_model", None)  # import raises ImportError
+    linted = lint(quantized, "make_attention", U55)
+    [error] = [f for f in linted.findings if f.code == "QL007"]
+    assert (error.severity, error.message) == (
+        "error", "lowered program's values cannot be checked: NPU partition 1 (executorch_call_delegate) cannot run "
+                 "on the TOSA reference model: tosa-tools cannot be imported: import of tosa_reference_model halted; "
+                 "None in sys.modules")
