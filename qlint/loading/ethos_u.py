@@ -61,11 +61,17 @@ class Delegation:
     rejections: dict[str, tuple[Rejection, ...]]
     blobs: dict[str, NpuBlob]
     ops: dict[str, int]       # the compute ops each delegate call runs (a `.pte`: 1 each, it does not say)
-    recorded: bool = True     # the partitioner's reasons were recorded (a lowering), not lost (a `.pte`)
+    recorded: bool = True     # a lowering: the partitioner's reasons and the partitions' ops (a `.pte`: neither)
 
     @property
     def npu_ops(self) -> int:
         return sum(self.ops.values())
+
+    @property
+    def counts(self) -> str:
+        """What `ops` counts: "ops", the compute ops each partition runs, or "calls", one per delegate
+        call (a `.pte`, whose blobs do not say how many ops a partition holds)."""
+        return "ops" if self.recorded else "calls"
 
 
 @dataclass
