@@ -38,7 +38,7 @@ from qlint.device.cost import ProgramCost, compare, core_of, estimate
 from qlint.full.npu import fallback_findings, miswired_calls, why_on_cpu
 from qlint.io.limits import MIB
 from qlint.io.reads import first_line
-from qlint.loading.ethos_u import Delegation
+from qlint.loading.ethos_u import Delegation, lowered_module
 from qlint.loading.inputs import check_inputs
 from qlint.loading.lowering import LoweringError
 from qlint.loading.view import GraphView, base_name, is_float, numel, op_name
@@ -420,9 +420,7 @@ def npu_nodes(view: GraphView, split: Partitions) -> dict[str, int]:
 def _delegated(view: GraphView, call: Node) -> list[Node]:
     """The nodes of a delegate call's partition (`LoweredBackendModule.original_module`); none for a
     `.pte`, which keeps only the compiled blob."""
-    target = getattr(call.args[0], "target", None) if call.args else None
-    lowered = getattr(view.program.graph_module, str(target), None) if target is not None else None
-    original = getattr(lowered, "original_module", None)
+    original = getattr(lowered_module(view.program, call), "original_module", None)
     return list(original.graph.nodes) if original is not None else []
 
 

@@ -255,10 +255,17 @@ def delegates(program: Any) -> tuple[dict[str, NpuBlob], dict[str, int]]:
     blobs, ops = {}, {}
     for node in program.graph.nodes:
         if node.op == "call_function" and base_name(op_name(node)) == DELEGATE_CALL:
-            lowered = getattr(program.graph_module, str(node.args[0].target))
+            lowered = lowered_module(program, node)  # a lowering's call always names its module
             blobs[node.name] = read_vela_blob(bytes(lowered.processed_bytes))
             ops[node.name] = sum(
                 1 for n in lowered.original_module.graph.nodes
                 if n.op == "call_function" and packet(op_name(n)) not in QUANTIZE_OPS | DEQUANTIZE_OPS
                 and base_name(op_name(n)) not in SHAPE_OPS | {"getitem"})
     return blobs, ops
+
+
+def lowered_module(program: Any, call: Any) -> Any:
+    """The `LoweredBackendModule` a delegate call runs: the program's attribute its first argument
+    names. None when there is none: a `.pte`'s call keeps only the compiled blob."""
+    target = getattr(call.args[0], "target", None) if call.args else None
+    return getattr(program.graph_module, str(target), None) if target is not None else None

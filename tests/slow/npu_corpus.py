@@ -119,8 +119,6 @@ def _recipes() -> list[tuple[str, str, Recipe | None]]:
 def collect() -> tuple[list[Case], list[tuple[str, str]]]:
     """Import each Arm test module named (seeded as Arm's conftest seeds, with 0) and read its case;
     a module that cannot be imported here, or whose model is downloaded, is skipped with the reason."""
-    import pytest
-
     cases: list[Case] = []
     skipped: list[tuple[str, str]] = []
     for module, stem, recipe in _recipes():
@@ -130,17 +128,11 @@ def collect() -> tuple[list[Case], list[tuple[str, str]]]:
             skipped.append((module, f"{prefix}its model is built from pretrained weights, a download"))
             continue
         corpus_lib.seed()
-        sub = "models" if module in MODELS else "ops"
-        try:
-            imported = importlib.import_module(f"{PACKAGE}.{sub}.{module}")
-            model, inputs = recipe(imported)
-        except ImportError as exc:
-            skipped.append((module, f"missing extra: {corpus_lib.one_line(exc)}"))
-            continue
-        except pytest.skip.Exception as exc:
-            skipped.append((module, f"skips itself: {exc.msg}"))
-            continue
-        cases.append(Case(stem, model, tuple(inputs)))
+        name = f"{PACKAGE}.{'models' if module in MODELS else 'ops'}.{module}"
+        read = corpus_lib.importing(module, lambda r=recipe, n=name: r(importlib.import_module(n)), skipped)
+        if read is not None:
+            model, inputs = read
+            cases.append(Case(stem, model, tuple(inputs)))
     return cases, skipped
 
 
