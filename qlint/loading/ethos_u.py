@@ -102,7 +102,38 @@ def quantizer(npu: Npu) -> Any:
 
     quantizer = EthosUQuantizer(compile_spec(npu))
     quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+    transform = quantizer.transform_for_annotation
+
+    def transform_for_annotation(model: Any) -> Any:
+        with _lines_carried():
+            return transform(model)
+
+    quantizer.transform_for_annotation = transform_for_annotation
     return quantizer
+
+
+@contextlib.contextmanager
+def _lines_carried() -> Iterator[None]:
+    """While the quantizer's own passes rewrite the graph before annotating it, a node that takes a
+    model node's place (`replace_all_uses_with`) and carries no model provenance of its own (no
+    `nn_module_stack`: made by the pass, not traced from the model) gets the stack trace of the node it
+    replaces. `DecomposeEmbeddingPass` makes `nn.Embedding`'s `index_select` that way, with its own
+    frame for a stack trace: without this, a finding on it names ExecuTorch, not the model's line."""
+    from torch.fx import Node
+
+    replace = Node.replace_all_uses_with
+
+    def replaced(self: Node, replace_with: Node, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(replace_with, Node) and "nn_module_stack" not in replace_with.meta \
+                and self.meta.get("nn_module_stack") and self.meta.get("stack_trace"):
+            replace_with.meta["stack_trace"] = self.meta["stack_trace"]
+        return replace(self, replace_with, *args, **kwargs)
+
+    Node.replace_all_uses_with = replaced
+    try:
+        yield
+    finally:
+        Node.replace_all_uses_with = replace
 
 
 def lower(program: Any, npu: Npu) -> NpuLowering:

@@ -136,6 +136,8 @@ def test_an_embedding_gathers_on_the_cpu_in_float_on_u55(quantized: Any) -> None
     gather = found["aten.index_select.default"]
     assert gather.details["after_partition"] is None and not gather.details["splits"]
     assert "runs on the CPU before the first NPU partition" in gather.message
+    # EthosUQuantizer's DecomposeEmbeddingPass made the gather: it is found at the embedding's line
+    assert where(gather) == ("examples/npu.py", line_of("return self.linear(self.embedding(tokens))"))
     assert "`index_select`: no U55 operator" in gather.details["causes"]
     [coverage] = [f for f in linted.findings if f.code == "QL005"]
     assert coverage.message == ("NPU coverage 50.0% < 90%: 1 of 2 compute ops run on the CPU (index_select x1); "
