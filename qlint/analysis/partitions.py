@@ -25,7 +25,7 @@ _NOT_RUN = frozenset({"getitem"})
 
 @dataclass(frozen=True)
 class Fallback:
-    """An op the NPU does not run, that computes on the CPU."""
+    """An op the NPU does not run, that computes on the CPU (or moves data there between two partitions)."""
 
     node: Node
     float: bool          # it computes in float (else on integers, or it moves data)
