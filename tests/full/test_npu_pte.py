@@ -23,7 +23,8 @@ from qlint.full.npu import NO_REASONS
 from qlint.io.vela import NpuBlob
 
 U55 = "ethos-u55-128"
-ATTENTION, CONV, EMBEDDING = FACTORIES = ("make_attention", "make_conv_hardswish", "make_embedding")
+ATTENTION, CONV, EMBEDDING, MIXING = FACTORIES = ("make_attention", "make_conv_hardswish", "make_embedding",
+                                                  "make_token_mixing")
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def test_a_delegated_pte_reports_its_partitions_delegates_and_cpu_fallbacks(ship
     report = json.loads(run.stdout)
     assert (run.returncode, report["errors"]) == (1, [])  # QL010 warnings
     stats = {Path(a["artifact"]).stem: a for a in report["artifacts"]}
-    assert {name: s.calls for name, s in shipped.items()} == {ATTENTION: 2, CONV: 3, EMBEDDING: 1}
+    assert {name: s.calls for name, s in shipped.items()} == {ATTENTION: 2, CONV: 3, EMBEDDING: 1, MIXING: 2}
     for name, expected in shipped.items():
         got = stats[name]
         assert (got["target"], got["partitions"]) == (U55, expected.calls)
@@ -88,6 +89,7 @@ def test_a_delegated_pte_reports_its_partitions_delegates_and_cpu_fallbacks(ship
                 if f["code"] == "QL007" and Path(f["artifact"]).stem == name] == [("info", "npu")]
     assert shipped[ATTENTION].fallbacks == [("aten.div.Tensor", "float32", 1, True)]
     assert shipped[EMBEDDING].fallbacks == [("aten.index_select.default", "float32", None, False)]
+    assert shipped[MIXING].fallbacks == [("aten.permute_copy.default", "float32", 1, True)]  # a data move that splits
 
 
 def test_a_delegated_pte_plans_its_memory_with_the_delegates_outputs(shipped: dict[str, Shipped]) -> None:
