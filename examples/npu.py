@@ -71,6 +71,17 @@ class EmbeddingLinear(nn.Module):
         return self.linear(self.embedding(tokens))
 
 
+class TokenMixing(nn.Module):
+    """A linear over channels, a transpose, and a linear over tokens (an MLP-Mixer's token mixing)."""
+
+    def __init__(self, tokens: int = 16, dim: int = 16) -> None:
+        super().__init__()
+        self.channels, self.tokens = nn.Linear(dim, dim), nn.Linear(tokens, tokens)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.tokens(self.channels(x).transpose(1, 2))
+
+
 def make_attention() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[tuple[torch.Tensor, ...]]]:
     torch.manual_seed(0)
     return Attention().eval(), (torch.randn(1, 16, 32),), _batches((1, 16, 32))
@@ -98,9 +109,17 @@ def make_embedding() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[tuple[to
     return EmbeddingLinear().eval(), (torch.randint(0, 100, (1, 8)),), tokens
 
 
+def make_token_mixing() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[tuple[torch.Tensor, ...]]]:
+    torch.manual_seed(0)
+    return TokenMixing().eval(), (torch.randn(1, 16, 16),), _batches((1, 16, 16))
+
+
 # The ops a user left in float, by factory: `make_attention` with its scale left float is the
-# attention island the NPU splits on; `make_conv_hardswish` with its activations left float.
+# attention island the NPU splits on; `make_conv_hardswish` with its activations left float;
+# `make_token_mixing` with its transpose left float, a data move the NPU does not run between two
+# partitions.
 FLOAT_OPS = {
     "make_attention": ("aten.div.Tensor",),
     "make_conv_hardswish": ("aten.hardswish.default",),
+    "make_token_mixing": ("aten.transpose.int",),
 }

@@ -1,5 +1,6 @@
-"""QL010 npu-fallback: the ops an Ethos-U target leaves to the CPU, where they sit between the NPU's
-partitions, and why ExecuTorch's TOSA support checks did not delegate them."""
+"""QL010 npu-fallback: the ops an Ethos-U target leaves to the CPU (compute, and data movement
+between two partitions), where they sit among the NPU's partitions, and why ExecuTorch's TOSA
+support checks did not delegate them."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ NO_REASONS = "a .pte does not record why the partitioner left it; check the .pt2
 
 def fallback_findings(view: GraphView, split: Partitions, delegation: Delegation,
                       make: MakeFinding, cost: ProgramCost | None = None) -> list[Finding]:
-    """One finding per op the NPU does not run that computes on the CPU in float, and per integer op on
-    the CPU that splits a partition (`split`: the partitions of `view`), priced with `cost`."""
+    """One finding per op the NPU does not run that computes on the CPU in float, and per op on the CPU
+    that splits a partition, integer compute or data movement (`split`: the partitions of `view`),
+    priced with `cost`."""
     return [_priced(_finding(make, delegation, fallback, split.count, _graph_nodes(view, fallback)),
                     view, fallback, delegation, cost)
             for fallback in split.fallbacks if fallback.float or fallback.splits]

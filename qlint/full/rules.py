@@ -41,7 +41,7 @@ from qlint.full.npu import fallback_findings, miswired_calls, why_on_cpu
 from qlint.io.limits import MIB
 from qlint.io.reads import first_line
 from qlint.io.vela import NpuPartition
-from qlint.loading.ethos_u import Delegation
+from qlint.loading.ethos_u import Delegation, lowered_module
 from qlint.loading.inputs import check_inputs, npu_check_inputs
 from qlint.loading.lowering import LoweringError
 from qlint.loading.view import DELEGATE_CALL, GraphView, base_name, is_float, numel, op_name
@@ -256,20 +256,28 @@ def low_coverage(context: Context) -> list[Finding]:
     how = "measured" if cost is not None and cost.runs else "estimated"
     time = f"{_percent_down(by_time)} of the {how} time is int8" if by_time is not None else ""
     threshold = f"{config.coverage_threshold * 100:g}%"
-    message = (f"int8 share of the {how} time {_percent_down(by_time or 0.0)} < {threshold}: {ops}{main}" if timed
-               else f"{'NPU' if npu else 'int8'} coverage {_percent_down(cov.ratio)} < {threshold}: {ops}"
-               f"{'; ' + time if time else ''}{main}")
-    return [
-        context.factory.finding(
-            Code.INT8_COVERAGE,
-            message,
-            coverage=cov.ratio,
-            time_coverage=round(by_time, 4) if by_time is not None else None,
-            fp32_ops=dict(cov.fp32_op_counts),
-            int_ops=cov.int_ops,
-            causes=[{"cause": cause, "ops": count} for cause, count in by_cause],
-        )
-    ]
+    counts = context.delegation.counts if context.delegation is not None else "ops"
+    calls = "" if counts == "ops" else f", {per_call(len(context.partitions.delegates))}"
+    message = (f"int8 share of the {how} time {_percent_down(by_time or 0.0)} < {threshold}{calls}: {ops}{main}"
+               if timed else f"{'NPU' if npu else 'int8'} coverage {_percent_down(cov.ratio)} < {threshold}{calls}: "
+               f"{ops}{'; ' + time if time else ''}{main}")
+    details: dict[str, Any] = dict(
+        coverage=cov.ratio,
+        time_coverage=round(by_time, 4) if by_time is not None else None,
+        fp32_ops=dict(cov.fp32_op_counts),
+        int_ops=cov.int_ops,
+        causes=[{"cause": cause, "ops": count} for cause, count in by_cause],
+    )
+    if npu:  # what the NPU's share counts: its ops, or its calls (a `.pte`)
+        details["counts"] = counts
+    return [context.factory.finding(Code.INT8_COVERAGE, message, **details)]
+
+
+def per_call(calls: int) -> str:
+    """How a `.pte`'s NPU share is counted, said where the share is."""
+    each = "the" if calls == 1 else f"each of the {calls}"
+    return (f"{each} NPU partition{'s' if calls != 1 else ''} counted as one op (a .pte does not record how many "
+            "ops a partition runs)")
 
 
 def fp32_causes(context: Context) -> list[tuple[str, int]]:
@@ -476,9 +484,7 @@ def npu_nodes(view: GraphView, split: Partitions) -> dict[str, int]:
 def _delegated(view: GraphView, call: Node) -> list[Node]:
     """The nodes of a delegate call's partition (`LoweredBackendModule.original_module`); none for a
     `.pte`, which keeps only the compiled blob."""
-    target = getattr(call.args[0], "target", None) if call.args else None
-    lowered = getattr(view.program.graph_module, str(target), None) if target is not None else None
-    original = getattr(lowered, "original_module", None)
+    original = getattr(lowered_module(view.program, call), "original_module", None)
     return list(original.graph.nodes) if original is not None else []
 
 
@@ -561,6 +567,7 @@ def run_rules(
         fp32_islands=len(analysis.islands),
         fp32_elements=fp32_total(view, analysis.islands, analysis.constants),
         coverage=cov.ratio,
+        coverage_counts=delegation.counts if delegation else "ops",
         lowered=view.lowered,
         graph=view.graph_id,
         cycles=cost.cycles if cost and not cost.unpriced else None,

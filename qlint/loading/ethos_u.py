@@ -90,7 +90,7 @@ class Delegation:
     rejections: dict[str, tuple[Rejection, ...]]
     blobs: dict[str, NpuBlob]
     ops: dict[str, int]       # the compute ops each delegate call runs (a `.pte`: 1 each, it does not say)
-    recorded: bool = True     # the partitioner's reasons were recorded (a lowering), not lost (a `.pte`)
+    recorded: bool = True     # a lowering: the partitioner's reasons and the partitions' ops (a `.pte`: neither)
     # each delegate call's TOSA and Vela's estimate (by the call's node name): none for a `.pte`,
     # which holds only the command stream Vela made
     compiled: dict[str, Compiled] = field(default_factory=dict)
@@ -108,6 +108,12 @@ class Delegation:
     @property
     def npu_ops(self) -> int:
         return sum(self.ops.values())
+
+    @property
+    def counts(self) -> str:
+        """What `ops` counts: "ops", the compute ops each partition runs, or "calls", one per delegate
+        call (a `.pte`, whose blobs do not say how many ops a partition holds)."""
+        return "ops" if self.recorded else "calls"
 
 
 @dataclass
@@ -140,11 +146,11 @@ def quantizer(npu: Npu) -> Any:
     quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
     transform = quantizer.transform_for_annotation
 
-    def transform_keeping_provenance(model: Any) -> Any:
-        with _decompositions_keep_provenance():
+    def transform_for_annotation(model: Any) -> Any:
+        with _decompositions_keep_provenance(), _lines_carried():
             return transform(model)
 
-    quantizer.transform_for_annotation = transform_keeping_provenance
+    quantizer.transform_for_annotation = transform_for_annotation
     return quantizer
 
 
@@ -183,6 +189,30 @@ def _decompositions_keep_provenance() -> Iterator[None]:
     finally:
         decomposition.GetDecompositionPass._get_input_tensors = input_tensors
         decomposition.make_fx = make_fx
+
+
+@contextlib.contextmanager
+def _lines_carried() -> Iterator[None]:
+    """While the quantizer's own passes rewrite the graph before annotating it, a node that takes a
+    model node's place (`replace_all_uses_with`) and carries no model provenance of its own (no
+    `nn_module_stack`: made by the pass, not traced from the model) gets the stack trace of the node it
+    replaces. `DecomposeEmbeddingPass` makes `nn.Embedding`'s `index_select` that way, with its own
+    frame for a stack trace: without this, a finding on it names ExecuTorch, not the model's line."""
+    from torch.fx import Node
+
+    replace = Node.replace_all_uses_with
+
+    def replaced(self: Node, replace_with: Node, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(replace_with, Node) and "nn_module_stack" not in replace_with.meta \
+                and self.meta.get("nn_module_stack") and self.meta.get("stack_trace"):
+            replace_with.meta["stack_trace"] = self.meta["stack_trace"]
+        return replace(self, replace_with, *args, **kwargs)
+
+    Node.replace_all_uses_with = replaced
+    try:
+        yield
+    finally:
+        Node.replace_all_uses_with = replace
 
 
 def lower(program: Any, npu: Npu) -> NpuLowering:
@@ -465,10 +495,17 @@ def delegates(program: Any) -> tuple[dict[str, NpuBlob], dict[str, int]]:
     blobs, ops = {}, {}
     for node in program.graph.nodes:
         if node.op == "call_function" and base_name(op_name(node)) == DELEGATE_CALL:
-            lowered = getattr(program.graph_module, str(node.args[0].target))
+            lowered = lowered_module(program, node)  # a lowering's call always names its module
             blobs[node.name] = read_vela_blob(bytes(lowered.processed_bytes))
             ops[node.name] = sum(
                 1 for n in lowered.original_module.graph.nodes
                 if n.op == "call_function" and packet(op_name(n)) not in QUANTIZE_OPS | DEQUANTIZE_OPS
                 and base_name(op_name(n)) not in SHAPE_OPS | {"getitem"})
     return blobs, ops
+
+
+def lowered_module(program: Any, call: Any) -> Any:
+    """The `LoweredBackendModule` a delegate call runs: the program's attribute its first argument
+    names. None when there is none: a `.pte`'s call keeps only the compiled blob."""
+    target = getattr(call.args[0], "target", None) if call.args else None
+    return getattr(program.graph_module, str(target), None) if target is not None else None

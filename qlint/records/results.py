@@ -88,6 +88,7 @@ class ArtifactStats:
     fp32_islands: int = 0
     fp32_elements: int = 0
     coverage: float = 1.0
+    coverage_counts: str = "ops"   # with an NPU read from a `.pte`, "calls": each partition counted as one op
     lowered: bool = True
     graph: str = "graph"   # the id Model Explorer's adapter gives the program's graph
     static: bool = False   # read by `--static`: no lowering, so no kernels or coverage

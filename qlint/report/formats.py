@@ -284,7 +284,7 @@ def summary_table(report: Report, fmt: str = "simple", name: Callable[[str], str
             "-" if s.static else s.int_kernels,
             s.fp32_islands,
             s.fp32_elements,
-            "-" if s.static else f"{s.coverage:.0%}",
+            "-" if s.static else f"{s.coverage:.0%}{' by calls' if s.coverage_counts == 'calls' else ''}",
             "static tier" if s.static else "yes" if s.lowered else "no (QL003)",
             estimated_time(s),
         ]

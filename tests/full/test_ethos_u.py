@@ -92,6 +92,27 @@ def test_hardswish_left_float_splits_conv_into_three_partitions(quantized: Any) 
         ("left in float by the quantizer: no int8 annotation for aten.hardswish.default",)}
 
 
+@pytest.mark.model("make_token_mixing@npu")
+def test_a_transpose_left_float_between_partitions_is_reported_as_a_split(quantized: Any) -> None:
+    """A data move the NPU does not run, between two partitions in data flow, splits the NPU's work as
+    compute does; before the first partition or after the last it is only data movement."""
+    from qlint.analysis.partitions import partitions
+    from qlint.loading.view import GraphView, op_name
+
+    linted = lint(quantized, "make_token_mixing", U55)
+    [move] = fallbacks(linted)
+    assert linted.stats.partitions == 2
+    assert move.message == (
+        "aten.permute_copy.default (float32) runs on the CPU between NPU partitions 1 and 2, splitting the NPU's "
+        "work; 2 NPU partitions on ethos-u55-128: left in float by the quantizer: no int8 annotation for "
+        "aten.permute_copy.default")
+    assert where(move) == ("examples/npu.py", line_of("return self.tokens(self.channels(x).transpose(1, 2))"))
+    assert (move.details["after_partition"], move.details["splits"], move.details["dtype"]) == (1, True, "float32")
+    assert [r["check"] for r in move.details["reasons"]] == ["CheckArmQuantized"]
+    split = partitions(GraphView(linted.lowered, quantized=quantized("make_token_mixing", npu=U55)))
+    assert [(op_name(f.node), f.after, f.splits) for f in split.fallbacks] == [("aten.permute_copy.default", 0, True)]
+
+
 @pytest.mark.model("make_causal_attention@npu")
 def test_a_causal_mask_falls_back_on_u55_and_not_on_u85(quantized: Any) -> None:
     on_u55 = lint(quantized, "make_causal_attention", U55)
@@ -119,6 +140,8 @@ def test_an_embedding_gathers_on_the_cpu_in_float_on_u55(quantized: Any) -> None
     gather = found["aten.index_select.default"]
     assert gather.details["after_partition"] is None and not gather.details["splits"]
     assert "runs on the CPU before the first NPU partition" in gather.message
+    # EthosUQuantizer's DecomposeEmbeddingPass made the gather: it is found at the embedding's line
+    assert where(gather) == ("examples/npu.py", line_of("return self.linear(self.embedding(tokens))"))
     assert "`index_select`: no U55 operator" in gather.details["causes"]
     [coverage] = [f for f in linted.findings if f.code == "QL005"]
     int8 = 1 - linted.stats.fp32_cycles / linted.stats.cycles  # the NPU's share, and the CPU's int8 work

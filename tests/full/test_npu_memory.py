@@ -121,7 +121,7 @@ def test_every_format_the_baseline_and_the_result_cache_answer_an_npu_pt2(
     assert (stats["target"], stats["partitions"]) == (U55, 2)
     assert [(d["sram"], d["flash"], d["command_stream"]) for d in stats["delegates"]] == [
         (b.sram, b.flash, b.command_stream) for b in blobs]
-    codes = ["QL001", "QL007", "QL009", "QL009", "QL010"]
+    codes = ["QL001", "QL009", "QL009", "QL010"]  # QL007 ran the partitions on the TOSA reference model: equal
     assert sorted(f["code"] for f in data["findings"]) == codes
     by_code = {f["code"]: f for f in data["findings"]}
 

@@ -23,7 +23,8 @@ from qlint.full.npu import NO_REASONS
 from qlint.io.vela import NpuBlob
 
 U55 = "ethos-u55-128"
-ATTENTION, CONV, EMBEDDING = FACTORIES = ("make_attention", "make_conv_hardswish", "make_embedding")
+ATTENTION, CONV, EMBEDDING, MIXING = FACTORIES = ("make_attention", "make_conv_hardswish", "make_embedding",
+                                                  "make_token_mixing")
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def test_a_delegated_pte_reports_its_partitions_delegates_and_cpu_fallbacks(ship
     report = json.loads(run.stdout)
     assert (run.returncode, report["errors"]) == (1, [])  # QL010 warnings
     stats = {Path(a["artifact"]).stem: a for a in report["artifacts"]}
-    assert {name: s.calls for name, s in shipped.items()} == {ATTENTION: 2, CONV: 3, EMBEDDING: 1}
+    assert {name: s.calls for name, s in shipped.items()} == {ATTENTION: 2, CONV: 3, EMBEDDING: 1, MIXING: 2}
     for name, expected in shipped.items():
         got = stats[name]
         assert (got["target"], got["partitions"]) == (U55, expected.calls)
@@ -88,6 +89,7 @@ def test_a_delegated_pte_reports_its_partitions_delegates_and_cpu_fallbacks(ship
                 if f["code"] == "QL007" and Path(f["artifact"]).stem == name] == [("info", "npu")]
     assert shipped[ATTENTION].fallbacks == [("aten.div.Tensor", "float32", 1, True)]
     assert shipped[EMBEDDING].fallbacks == [("aten.index_select.default", "float32", None, False)]
+    assert shipped[MIXING].fallbacks == [("aten.permute_copy.default", "float32", 1, True)]  # a data move that splits
 
 
 def test_a_delegated_pte_plans_its_memory_with_the_delegates_outputs(shipped: dict[str, Shipped]) -> None:
@@ -173,3 +175,25 @@ def test_a_crafted_delegate_is_refused_with_one_line(shipped: dict[str, Shipped]
     path.write_bytes(crafted(data, edit(what, blob)))
     code, _, err = run_cli(["check", str(path)], capsys)
     assert (code, err) == (2, f"qlint: error: {path}: {message.format(after=after)}\n")
+
+
+@pytest.mark.model("make_attention@npu")
+def test_npu_coverage_from_a_pte_says_it_counts_calls_where_the_pt2_counts_ops(
+        shipped: dict[str, Shipped], quantized: Callable[..., Any]) -> None:
+    """One program read both ways: its `.pt2` counts the ops each partition runs (its 2 partitions run 12
+    of its 13 compute ops), its `.pte` only the calls (2 of 3), and says so in the finding and the stats."""
+    from qlint.full.lint import lint_program, lint_pte
+    from qlint.settings.config import Config
+    from qlint.settings.npus import npu
+
+    linted = lint_program(quantized(ATTENTION, npu=U55), ATTENTION, replace(Config(root=ROOT), npu=npu(U55)))
+    read = lint_pte(shipped[ATTENTION].data, "attention.pte", Config())
+    [stats] = read.stats
+    assert (round(linted.stats.coverage, 4), linted.stats.coverage_counts) == (0.9231, "ops")
+    assert (round(stats.coverage, 4), stats.coverage_counts) == (0.6667, "calls")
+    [coverage] = [f for f in read.findings if f.code == "QL005"]
+    assert coverage.message == (
+        "NPU coverage 66.6% < 90%, each of the 2 NPU partitions counted as one op (a .pte does not record how "
+        "many ops a partition runs): 1 of 3 compute ops run on the CPU (div x1); main cause (1 ops): " + NO_REASONS)
+    assert coverage.details["counts"] == "calls"
+    assert [f.code for f in linted.findings if f.code == "QL005"] == []  # 92.3% of its ops: over the threshold

@@ -165,8 +165,6 @@ def _case_name(path: str) -> str:
 def collect() -> Collected:
     """Import every Cortex-M test module and gather its McuTestCases; a module that cannot be
     imported here (a missing extra, pretrained weights to download) is skipped with the reason."""
-    import pytest
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     cases: list[Case] = []
@@ -180,16 +178,9 @@ def collect() -> Collected:
             skipped.append((stem, f"{missing}it builds a torchvision model with pretrained weights, a download"))
             continue
         seed()
-        try:
-            module = importlib.import_module(f"{PACKAGE}.{path.parent.name}.{stem}")
-        except ImportError as exc:
-            skipped.append((stem, f"missing extra: {one_line(exc)}"))
-            continue
-        except pytest.skip.Exception as exc:
-            skipped.append((stem, f"skips itself: {exc.msg}"))
-            continue
-        except Exception as exc:
-            skipped.append((stem, f"import failed: {one_line(exc)}"))
+        module = importing(stem, functools.partial(importlib.import_module, f"{PACKAGE}.{path.parent.name}.{stem}"),
+                           skipped)
+        if module is None:
             continue
         found: dict[int, tuple[str, Any]] = {}
         for attr, value in vars(module).items():
@@ -204,6 +195,22 @@ def collect() -> Collected:
     names = [c.stem for c in cases]
     assert len(names) == len(set(names)), "two cases share a file name"
     return Collected(cases, skipped)
+
+
+def importing(stem: str, load: Callable[[], Any], skipped: list[tuple[str, str]]) -> Any | None:
+    """`load()`: a test module imported, or what a case reads from it; None, with the reason added to
+    `skipped`, when that cannot be done here (a missing extra, a module that skips itself, a failure)."""
+    import pytest
+
+    try:
+        return load()
+    except ImportError as exc:
+        skipped.append((stem, f"missing extra: {one_line(exc)}"))
+    except pytest.skip.Exception as exc:
+        skipped.append((stem, f"skips itself: {exc.msg}"))
+    except Exception as exc:
+        skipped.append((stem, f"import failed: {one_line(exc)}"))
+    return None
 
 
 def quantize(case: Case) -> Any:

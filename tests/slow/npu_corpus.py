@@ -119,8 +119,6 @@ def _recipes() -> list[tuple[str, str, Recipe | None]]:
 def collect() -> tuple[list[Case], list[tuple[str, str]]]:
     """Import each Arm test module named (seeded as Arm's conftest seeds, with 0) and read its case;
     a module that cannot be imported here, or whose model is downloaded, is skipped with the reason."""
-    import pytest
-
     cases: list[Case] = []
     skipped: list[tuple[str, str]] = []
     for module, stem, recipe in _recipes():
@@ -130,17 +128,11 @@ def collect() -> tuple[list[Case], list[tuple[str, str]]]:
             skipped.append((module, f"{prefix}its model is built from pretrained weights, a download"))
             continue
         corpus_lib.seed()
-        sub = "models" if module in MODELS else "ops"
-        try:
-            imported = importlib.import_module(f"{PACKAGE}.{sub}.{module}")
-            model, inputs = recipe(imported)
-        except ImportError as exc:
-            skipped.append((module, f"missing extra: {corpus_lib.one_line(exc)}"))
-            continue
-        except pytest.skip.Exception as exc:
-            skipped.append((module, f"skips itself: {exc.msg}"))
-            continue
-        cases.append(Case(stem, model, tuple(inputs)))
+        name = f"{PACKAGE}.{'models' if module in MODELS else 'ops'}.{module}"
+        read = corpus_lib.importing(module, lambda r=recipe, n=name: r(importlib.import_module(n)), skipped)
+        if read is not None:
+            model, inputs = read
+            cases.append(Case(stem, model, tuple(inputs)))
     return cases, skipped
 
 
@@ -227,33 +219,105 @@ def corpus(root: Path | None = None, progress: Callable[[str], None] | None = No
 NPU = "NPU"  # a DelegateCall in a run sequence
 
 
+class Step(NamedTuple):
+    """One instruction of a plan that runs something: its label and the values it reads and writes."""
+
+    label: str                 # NPU, or `namespace.name` of a KernelCall
+    reads: frozenset[int]
+    writes: frozenset[int]
+
+
 def _plain(namespace: str, name: str) -> str:
     """`aten.add`, `cortex_m.quantize_per_tensor`: an op's namespace and base name, as both sides spell it."""
     return f"{namespace}.{name}"
 
 
-def plan_sequence(data: bytes) -> list[str]:
-    """The instructions of a `.pte`'s plan, in order, read by ExecuTorch's deserializer: NPU for each
-    DelegateCall, `namespace.name` for each KernelCall (moves, frees and jumps left out)."""
+def _expanded(plan: Any, indices: list[int]) -> set[int]:
+    """The values `indices` name, a TensorList's items with it."""
+    found = set(indices)
+    for index in indices:
+        items = getattr(plan.values[index].val, "items", None)
+        if items is not None:
+            found.update(items)
+    return found
+
+
+def _out_positions(name: str, overload: str, count: int) -> set[int]:
+    """The arguments a KernelCall writes: its schema's out arguments (the emitter passes every schema
+    argument in order); the last when the operator is not registered with torch here."""
+    import torch
+
+    try:
+        schema = getattr(getattr(getattr(torch.ops, name.split("::")[0]), name.split("::")[1]),
+                         overload or "default")._schema
+    except (AttributeError, RuntimeError):
+        return {count - 1}
+    if len(schema.arguments) != count:
+        return {count - 1}
+    return {i for i, a in enumerate(schema.arguments)
+            if a.is_out or (a.alias_info is not None and a.alias_info.is_write)}
+
+
+def plan_steps(data: bytes) -> list[Step]:
+    """The instructions of a `.pte`'s plan that run something, in order, read by ExecuTorch's
+    deserializer: NPU for each DelegateCall, `namespace.name` for each KernelCall (moves, frees and
+    jumps left out), each with the values it reads and writes. A DelegateCall's arguments are its
+    inputs then its outputs: an argument a plan input, a constant or written by an earlier instruction
+    is read, the others written."""
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     plan = deserialize_pte_binary(data).program.execution_plan[0]
-    sequence = []
+    written = set(plan.inputs)
+    steps = []
     for instruction in plan.chains[0].instructions:
-        kind = type(instruction.instr_args).__name__
+        call, kind = instruction.instr_args, type(instruction.instr_args).__name__
         if kind == "DelegateCall":
-            sequence.append(NPU)
+            given = {i for i in call.args if i in written or getattr(plan.values[i].val, "data_buffer_idx", 0) > 0}
+            reads = _expanded(plan, [i for i in call.args if i in given])
+            writes = _expanded(plan, [i for i in call.args if i not in given])
+            label = NPU
         elif kind == "KernelCall":
-            namespace, _, name = plan.operators[instruction.instr_args.op_index].name.partition("::")
-            sequence.append(_plain(namespace, name))
-    return sequence
+            operator = plan.operators[call.op_index]
+            outs = _out_positions(operator.name, operator.overload, len(call.args))
+            reads = _expanded(plan, [a for i, a in enumerate(call.args) if i not in outs])
+            writes = _expanded(plan, [a for i, a in enumerate(call.args) if i in outs])
+            namespace, _, name = operator.name.partition("::")
+            label = _plain(namespace, name)
+        else:
+            continue
+        written |= writes
+        steps.append(Step(label, frozenset(reads), frozenset(writes)))
+    return steps
 
 
-def cpu_compute(sequence: list[str]) -> list[str]:
-    """A run sequence without quantize, dequantize and data movement: the delegate calls and the CPU
-    kernels that compute (the Cortex-M corpus's data-movement list)."""
+def _between(steps: list[Step]) -> list[bool]:
+    """For each step, whether it reads what a DelegateCall wrote (directly or through other steps) and
+    writes what a later DelegateCall reads (likewise): the data flow of the plan, in both directions."""
+    def reached(order: list[Step], source: Callable[[Step], frozenset[int]],
+                sink: Callable[[Step], frozenset[int]]) -> list[bool]:
+        tainted: set[int] = set()
+        found = []
+        for step in order:
+            found.append(bool(source(step) & tainted))
+            if step.label == NPU or found[-1]:
+                tainted |= sink(step)
+        return found
+
+    after = reached(steps, lambda s: s.reads, lambda s: s.writes)
+    before = reached(steps[::-1], lambda s: s.writes, lambda s: s.reads)[::-1]
+    return [a and b for a, b in zip(after, before, strict=True)]
+
+
+def cpu_compute(steps: list[Step]) -> list[str]:
+    """A plan's delegate calls, the CPU kernels that compute (not quantize, dequantize or data movement:
+    the Cortex-M corpus's lists) and the data movement between two delegate calls in data flow, which
+    splits the NPU's work as compute does."""
     def moves(op: str) -> bool:
+        return op.split(".", 1)[-1] in corpus_lib.DATA_MOVEMENT
+
+    def ignored(op: str) -> bool:
         base = op.split(".", 1)[-1]
-        return base in corpus_lib.DATA_MOVEMENT or base in corpus_lib.NOT_COMPUTE or \
-            base.startswith(("quantize_per_", "dequantize_per_"))
-    return [op for op in sequence if op == NPU or not moves(op)]
+        return base in corpus_lib.NOT_COMPUTE or base.startswith(("quantize_per_", "dequantize_per_"))
+
+    return [step.label for step, between in zip(steps, _between(steps), strict=True)
+            if step.label == NPU or not (ignored(step.label) or (moves(step.label) and not between))]

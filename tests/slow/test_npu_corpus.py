@@ -84,7 +84,7 @@ def check(accelerator: str, stem: str, built: npu_lib.Corpus) -> Checked:
 
     program = torch.export.load(str(built.built[accelerator][stem]))
     linted = lint_program(program, stem, replace(Config(root=ROOT), npu=npu(accelerator)))
-    reference = npu_lib.cpu_compute(npu_lib.plan_sequence(built.ptes[accelerator][stem].read_bytes()))
+    reference = npu_lib.cpu_compute(npu_lib.plan_steps(built.ptes[accelerator][stem].read_bytes()))
     fallbacks = [f.details for f in linted.findings if f.code == "QL010"]
     miswired = [f.message for f in linted.findings if f.code == "QL007" and "stream_inputs" in f.details]
     return Checked(linted.stats.partitions, qlint_sequence(linted.lowered, program), reference, fallbacks,
@@ -178,7 +178,7 @@ def test_every_pte_reads_as_the_program_it_was_lowered_from(run: Run) -> None:
                 refused[(accelerator, stem)] = str(exc)
                 continue
             [stats] = report.stats
-            sequence = npu_lib.cpu_compute(npu_lib.plan_sequence(data))
+            sequence = npu_lib.cpu_compute(npu_lib.plan_steps(data))
             found = [f.details for f in report.findings if f.code == "QL010"]
             ops = [".".join(d["op"].split(".")[:2]) for d in found]
             calls = sequence.count(npu_lib.NPU)
