@@ -45,7 +45,9 @@ def made_up_inputs(module: Any) -> tuple[Any, ...] | None:
         val = output_value(node)
         if not isinstance(val, torch.Tensor):
             return None
-        templates.append(torch.zeros_like(val, device="cpu"))  # keeps the recorded strides
+        # a real tensor with the recorded strides: `zeros_like` of a program's fake value is fake
+        templates.append(torch.empty_strided(tuple(val.shape), tuple(val.stride()), dtype=val.dtype,
+                                             device="cpu").zero_())
     [inputs] = seeded_batches(tuple(templates), 1, 0)
     return inputs
 

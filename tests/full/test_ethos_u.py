@@ -336,3 +336,17 @@ def test_a_missing_reference_model_is_said_never_skipped(quantized: Any, monkeyp
         "error", "lowered program's values cannot be checked: NPU partition 1 (executorch_call_delegate) cannot run "
                  "on the TOSA reference model: tosa-tools cannot be imported: import of tosa_reference_model halted; "
                  "None in sys.modules")
+
+
+def test_a_config_targets_program_in_memory_is_value_checked_like_a_saved_one() -> None:
+    """A program quantized in memory (a config target's) records fake tensors for its inputs: the run on
+    made-up inputs makes real ones, so an int64 token input is no QL007 'cannot run'."""
+    from conftest import npu_quantized
+
+    from examples import npu as examples
+
+    model, example, calibration = examples.make_embedding()
+    program = npu_quantized(model, example, calibration, U55, ())
+    linted = lint_program(program, "embedding", replace(Config(root=ROOT), npu=npu(U55)))
+    assert [f.message for f in linted.findings if f.code == "QL007"] == []
+    assert linted.stats.partitions == 1
