@@ -58,6 +58,13 @@ class Fold:
     reshapes: list[Node] = field(default_factory=list)              # shape ops to replay on the integers
     scale: float | None = None                                      # rescale: new output scale
 
+    @property
+    def before_lowering(self) -> bool:
+        """An identity with no shape op to replay: the quantized program can say it too (the island's
+        output quantize reads its producer's int8 instead), so an NPU target folds it before the
+        partitioner runs, and the partitions it split merge (`qlint.fix.npu`)."""
+        return self.kind == FoldKind.IDENTITY and not self.reshapes and self.dq is not None
+
     def moved(self, nodes: Mapping[str, Node]) -> Fold:
         """This fold on a copy of its graph (nodes matched by name): folding the copy leaves this graph as it was."""
         def at(node: Node) -> Node:

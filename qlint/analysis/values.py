@@ -464,6 +464,15 @@ def by_name(nodes: Iterable[Node], node: Node) -> Node:
     return next((n for n in nodes if n.name == node.name), node)
 
 
+def uncompared_calls(view: GraphView) -> list[Node]:
+    """The delegate calls none of whose outputs is paired with a quantize of the quantized program
+    (`compared`): a run would compute them and compare nothing, so a check that passed would not have
+    checked them."""
+    pairs = {node for node, _, _ in compared(view, _twins(view))}
+    calls = [n for n in view.nodes if view.kind(n) == Kind.DELEGATE]
+    return [c for c in calls if c not in pairs and not any(user in pairs for user in c.users)]
+
+
 def first_divergence(view: GraphView, batches: Sequence[tuple[Any, ...]], delegates: DelegateRunner | None = None,
                      tolerance: float = DIVERGED_STEPS) -> Divergence | Unchecked | NotRun | None:
     """The first compared node of a lowered program that, given the inputs the quantized program it was

@@ -405,6 +405,10 @@ def fix_program(
     folded program's outputs differ from the unfolded one's on any input.
     """
     options = options or RunOptions()
+    if config.npu is not None:  # fold before partitioning, so that the partitions merge
+        from qlint.fix.npu import fix_npu_program
+
+        return fix_npu_program(program, artifact, config, inputs, options, linted)
     dry_run = options.fix is not None and options.fix.dry_run
     given = linted
     linted, repairs = fixable_lint(program, artifact, config, options, linted, inputs)

@@ -63,9 +63,10 @@ def _compiled_both_ways(program: Any, view: GraphView, delegation: Delegation, n
     from qlint.analysis.partitions import partitions
     from qlint.loading import ethos_u
 
+    unquantized = {name for name, found in delegation.rejections.items()
+                   if any(r.check == ethos_u.UNQUANTIZED for r in found)}
     left_float = {f.node.name: view.as_quantized(f.node) for f in partitions(view).fallbacks
-                  if f.float and any(r.check == ethos_u.UNQUANTIZED for r in delegation.rejections.get(f.node.name, ()))
-                  and view.as_quantized(f.node) is not f.node}
+                  if (f.float or f.splits) and f.node.name in unquantized and view.as_quantized(f.node) is not f.node}
     return ethos_u.with_on_npu(program, npu, delegation, left_float) if left_float else delegation
 
 

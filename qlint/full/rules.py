@@ -35,7 +35,7 @@ from qlint.analysis.partitions import Partitions, cpu_ops, partitions
 from qlint.analysis.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
 from qlint.analysis.tosa import DelegateValues
 from qlint.analysis.validity import Invalid, find_invalid, restorable
-from qlint.analysis.values import DIVERGED_STEPS, NotRun, Unchecked
+from qlint.analysis.values import DIVERGED_STEPS, NotRun, Unchecked, uncompared_calls
 from qlint.device.cost import ProgramCost, compare, core_of, estimate
 from qlint.full.npu import fallback_findings, miswired_calls, why_on_cpu
 from qlint.io.limits import MIB
@@ -118,9 +118,12 @@ class Context:
         return self.plans[region]
 
     def fixable(self, region: Region) -> bool:
-        """A finding is fixable exactly when `--fix` has a proven fold for it (and writes programs for
-        the target: not for an NPU's)."""
-        return self.delegation is None and self.factory.config.npu is None and isinstance(self.plan(region), Fold)
+        """A finding is fixable exactly when `--fix` has a proven fold for it: on an NPU target, one it
+        makes before partitioning (`Fold.before_lowering`), so that the partitions merge."""
+        plan = self.plan(region)
+        if self.delegation is not None or self.factory.config.npu is not None:
+            return isinstance(plan, Fold) and plan.before_lowering
+        return isinstance(plan, Fold)
 
     def priced(self, finding: Finding, region: Region) -> Finding:
         """`finding` with its island's estimated cycles (its float ops, the conversions into and out of
@@ -148,6 +151,7 @@ class Linted:
     plans: list[Fold | Left]     # one per region, in graph order
     failure: LoweringError | None = None  # why the program did not lower
     lowered: Any | None = None   # the lowered ExportedProgram, when lowering worked
+    delegation: Delegation | None = None  # what its NPU runs, when it was lowered for one
 
     @property
     def folds(self) -> list[Fold]:
@@ -359,6 +363,9 @@ def npu_values(context: Context, delegation: Delegation) -> list[Finding]:
     if not delegation.compiled:
         return [npu_unchecked(context, delegation)]
     view = context.view
+    unpaired = uncompared_calls(view) if view.quantized is not None and npu_check_inputs(view.quantized) else []
+    if unpaired:
+        return [npu_not_run(context, NotRun(unpaired[0], NOT_PAIRED))]
     found = find_invalid(view, npu_check_inputs(view.quantized), DelegateValues(delegation))
     if isinstance(found, NotRun):
         return [npu_not_run(context, found)]
@@ -398,6 +405,11 @@ def npu_diverged(context: Context, invalid: Invalid) -> Finding:
         output=output, reference=diverged.reference.name, steps=diverged.steps, differing=diverged.differing,
         values=diverged.values, lowered_value=diverged.lowered, expected_value=diverged.expected,
         batch=diverged.batch, graph_nodes=graph_nodes(context.view, {call: 0}))
+
+
+# Why a partition whose outputs are no value of the quantized program is not checked.
+NOT_PAIRED = ("none of its outputs is traced to a quantize of the quantized program, so its values have "
+              "nothing to be compared with")
 
 
 def npu_not_run(context: Context, not_run: NotRun) -> Finding:
@@ -549,7 +561,10 @@ def run_rules(
     npu = {call: c.estimate for call, c in delegation.compiled.items()} if delegation else None
     estimated = estimate(view, core_of(config), npu) if view.lowered and failure is None else None
     cost = measure(estimated) if measure is not None and estimated is not None else estimated
-    context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose, values_verified, cost,
+    # a delegate call with no estimate (a `.pte`'s) leaves the inference's time unknown: no finding
+    # states a share of it, though the CPU's ops are priced
+    timed = cost if cost is None or not cost.unpriced else None
+    context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose, values_verified, timed,
                       delegation=delegation)
     findings: list[Finding] = []
     if failure is not None:
@@ -585,7 +600,8 @@ def run_rules(
         cpu_cycles=cost.cpu_cycles if cost and delegation else None,
         npu_nodes=npu_nodes(view, context.partitions) if delegation else {},
     )
-    return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure)
+    return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure,
+                  delegation=delegation)
 
 
 def npu_partitions(delegation: Delegation) -> tuple[NpuPartition, ...]:

@@ -355,6 +355,7 @@ class FixSummary:
     memory: tuple[MemoryTimeline | None, MemoryTimeline | None] = (None, None)  # before, after
     cycles: tuple[int | None, int | None] = (None, None)       # estimated, before and after
     fp32_cycles: tuple[int | None, int | None] = (None, None)
+    partitions: tuple[int | None, int | None] = (None, None)   # NPU partitions before, after (None: the CPU flow)
     pte_bytes: int = 0
     lowering_repair: bool = False
     verified_inputs: int = 0

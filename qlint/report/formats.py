@@ -162,7 +162,10 @@ def fix_lines(fix: FixSummary) -> list[str]:
         return [not_written_line(fix)]
     verb = "would fold" if fix.dry_run else "folded"
     head = f"{fix.artifact}: {'--diff' if fix.dry_run else 'fixed'}"
-    if fix.output:
+    if fix.output and None not in fix.partitions:  # an NPU program: its partitions ran on the TOSA reference model
+        head += (f" -> {fix.output} ({fix.pte_bytes} bytes, verified bit-exact on {fix.verified_inputs} inputs, "
+                 "its NPU partitions on the TOSA reference model)")
+    elif fix.output:
         head += f" -> {fix.output} ({fix.pte_bytes} bytes, verified bit-exact on {fix.verified_inputs} inputs)"
     lines = [head]
     islands = _tally(fix, (Code.CONSTANT_SCALE_ISLAND, Code.FP32_ISLAND))
@@ -181,6 +184,8 @@ def fix_lines(fix: FixSummary) -> list[str]:
         (cy0, cy1), (fc0, fc1) = fix.cycles, fix.fp32_cycles
         if None not in (cy0, cy1, fc0, fc1):
             lines.append(f"  estimated cycles {cy0:,} -> {cy1:,}, of which fp32 {fc0:,} -> {fc1:,}")
+        if None not in fix.partitions:
+            lines.append(f"  NPU partitions {fix.partitions[0]} -> {fix.partitions[1]}")
         if fix.live_peak:
             peak = fix.live_peak
             where = f" ({peak.location})" if peak.location else ""

@@ -73,7 +73,7 @@ def test_a_float_scale_splits_attention_in_two_partitions_and_folds(quantized: A
     # QL001 still applies between the partitions: the scale is a foldable island.
     [scale] = [f for f in linted.findings if f.code == "QL001"]
     assert (scale.node, where(scale)) == (div.node, where(div))
-    assert not scale.fixable  # its fold merges the partitions once --fix writes NPU programs; not before
+    assert scale.fixable  # an identity: --fix makes it before partitioning, and the partitions merge
     assert [f.code for f in linted.findings if f.code == "QL002"] == []  # QL010 takes its place
     sizes = [(d.sram, d.flash) for d in linted.stats.delegates]
     assert len(sizes) == 2 and all(sram > 0 and flash > 0 for sram, flash in sizes)
@@ -102,10 +102,15 @@ def test_a_transpose_left_float_between_partitions_is_reported_as_a_split(quanti
     linted = lint(quantized, "make_token_mixing", U55)
     [move] = fallbacks(linted)
     assert linted.stats.partitions == 2
+    details = move.details
     assert move.message == (
         "aten.permute_copy.default (float32) runs on the CPU between NPU partitions 1 and 2, splitting the NPU's "
         "work; 2 NPU partitions on ethos-u55-128: left in float by the quantizer: no int8 annotation for "
-        "aten.permute_copy.default")
+        f"aten.permute_copy.default; est. {details['cycles']:,} cycles, {details['time_share']:.1%} of the "
+        "artifact's time")
+    # the lowered permute traces to no node of the quantized program (the decomposition that made it
+    # from `transpose` named none), so it is not compiled the other way: its CPU cycles only
+    assert details["cycles"] == details["cpu_cycles"] > 0 and "npu_split_cycles" not in details
     assert where(move) == ("examples/npu.py", line_of("return self.tokens(self.channels(x).transpose(1, 2))"))
     assert (move.details["after_partition"], move.details["splits"], move.details["dtype"]) == (1, True, "float32")
     assert [r["check"] for r in move.details["reasons"]] == ["CheckArmQuantized"]
@@ -350,3 +355,58 @@ def test_a_config_targets_program_in_memory_is_value_checked_like_a_saved_one() 
     linted = lint_program(program, "embedding", replace(Config(root=ROOT), npu=npu(U55)))
     assert [f.message for f in linted.findings if f.code == "QL007"] == []
     assert linted.stats.partitions == 1
+
+
+def fix_attention(quantized: Any) -> tuple[Any, Any, Any]:
+    from qlint.fix.apply import fix_program
+    from qlint.loading.inputs import sample_inputs, verification_inputs
+
+    program = quantized("make_attention", npu=U55)
+    config = replace(Config(root=ROOT), npu=npu(U55))
+    return program, config, lambda: fix_program(program, "attention", config, verification_inputs(
+        sample_inputs(program)))
+
+
+@pytest.mark.model("make_attention@npu")
+def test_fix_folds_the_float_scale_before_partitioning_and_the_partitions_merge(quantized: Any) -> None:
+    from qlint.full.lint import lint_pte
+
+    program, config, fix = fix_attention(quantized)
+    before = lint_program(program, "attention", config)
+    result = fix()
+    summary = result.summary
+    assert summary.partitions == (2, 1) and summary.verified_inputs == 9
+    [fold] = summary.folds
+    assert (fold.code, fold.kind, fold.node) == ("QL001", "identity", "aten_div_tensor")
+    assert summary.fp32_elements == (512, 0)
+    # nothing left on the CPU between partitions, and the merged partition's values checked on the TOSA
+    # reference model (an error there would be a QL007 in the findings)
+    assert [f.code for f in result.findings if f.code in ("QL001", "QL007", "QL010")] == []
+    assert result.stats.partitions == 1
+    # Vela prices the merged partition as the two together here (the split cost the NPU nothing); the CPU
+    # no longer dequantizes, divides and quantizes
+    assert result.stats.npu_cycles == before.stats.npu_cycles == 32269
+    assert result.stats.cpu_cycles < before.stats.cpu_cycles
+    assert summary.cycles == (before.stats.cycles, result.stats.cycles)
+    shipped = lint_pte(result.pte, "attention.pte", config)
+    assert shipped.stats[0].partitions == 1 and not [f for f in shipped.findings if f.code == "QL010"]
+    assert any("div" in str(n.target) for n in program.graph.nodes)  # the input program is left as it was
+
+
+@pytest.mark.model("make_attention@npu")
+def test_fix_writes_nothing_when_the_merged_partitions_tosa_changes_the_values(
+        quantized: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qlint.fix.errors import VerificationError
+
+    def negate_merged_weights(program: Any, compiled: dict[str, Any]) -> None:
+        if len(compiled) != 1:
+            return  # the program as given: its two partitions are left as they are
+        weight = program.state_dict["_frozen_param0"].contiguous().numpy().tobytes()
+        [(call, merged)] = compiled.items()
+        negated = bytes((-int.from_bytes([b], signed=True)) & 0xFF for b in weight)
+        compiled[call] = replace(merged, tosa=merged.tosa.replace(weight, negated))
+
+    _corrupted_lowering(monkeypatch, negate_merged_weights)
+    _, _, fix = fix_attention(quantized)
+    with pytest.raises(VerificationError, match=r"^lowered program computes other values: NPU partition 1 "):
+        fix()

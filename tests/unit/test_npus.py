@@ -244,11 +244,12 @@ def test_a_target_without_vela_is_one_line_naming_the_extra_exit_2(tmp_path: Pat
     assert "Vela" not in err and "no.pte" in err  # a `.pte` is read as lowered: nothing to compile
 
 
-def test_fix_on_an_npu_target_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unsafe_fixes_on_an_npu_target_are_refused_in_one_line(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
     config = str(write(tmp_path, "include: []\nboard: corstone-300-fvp\n"))
-    code, out, err = run_cli(["check", "--config", config, "--fix", str(tmp_path)], capsys)
-    assert (code, out, err) == (2, "", "qlint: error: --fix writes programs for the Cortex-M CPU flow only; the "
-                                       "ethos-u55-128 target is checked, not fixed: run without --fix "
+    code, out, err = run_cli(["check", "--config", config, "--fix", "--unsafe-fixes", str(tmp_path)], capsys)
+    assert (code, out, err) == (2, "", "qlint: error: --unsafe-fixes measures remedies on the Cortex-M CPU flow "
+                                       "only; the ethos-u55-128 target takes --fix: run without --unsafe-fixes "
                                        "(or --target cortex-m)\n")
 
 

@@ -1,0 +1,158 @@
+"""`--fix` for a program lowered for an Ethos-U NPU: fold before partitioning, so the partitions merge.
+
+On the Cortex-M flow a fold rewrites the lowered program. On an NPU target the island sits between
+two delegate calls, and rewriting the lowered program would leave both calls: the NPU would still
+stop and start again. So the fold is made where the partitioner will see it, in the quantized
+program, which is then lowered again. Only what the quantized program can say exactly folds there:
+an island that is an identity on the int8 values (proven over the whole int8 range by
+`analysis.folds`) is removed, and the quantize after it reads the int8 its producer wrote, which is
+the value it held before. A table or a rescale would need a Cortex-M kernel or new qparams the NPU
+flow does not take: they are left, and say why.
+
+Nothing is written unless the folded quantized program gives the unfolded one's outputs bit for bit
+on every verification input, and its lowering passes the value check, each NPU partition's TOSA run
+on the TOSA reference model (`analysis.tosa`) against the folded quantized program on those inputs.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from qlint.analysis.folds import Fold
+from qlint.analysis.tosa import DelegateValues
+from qlint.analysis.validity import find_invalid
+from qlint.analysis.values import NotRun
+from qlint.fix.apply import FixResult, memory_plan, require_same_outputs, run_program, to_pte
+from qlint.fix.errors import FixError, VerificationError
+from qlint.io.reads import first_line
+from qlint.loading.view import input_node
+from qlint.records.results import AppliedFold, FixSummary, LeftIsland
+from qlint.rules.table import Code
+from qlint.settings.config import Config
+from qlint.settings.options import RunOptions
+
+if TYPE_CHECKING:
+    from qlint.full.rules import Linted
+
+# Why a fold the Cortex-M flow makes is not made on an NPU target.
+NOT_BEFORE_LOWERING = ("on an NPU target only an identity on the int8 values folds (in the quantized program, "
+                       "before partitioning); this {kind} fold needs a Cortex-M kernel or new qparams")
+
+
+def folded_quantized(program: Any, linted: Linted, folds: Sequence[Fold], example: tuple[Any, ...]) -> Any:
+    """A copy of the quantized `program` with each fold made: the island's output quantizes replaced by
+    the quantize whose int8 the island's dequantize read, and what no one reads then removed; exported
+    again on `example`, as the quantizer's program is. Lowering traces the program anew and names
+    each node's origin by the traced name (`from_node`), which is how the value check pairs a partition's
+    outputs with the quantized program's: with nodes removed, only a program exported again has the
+    names a trace gives."""
+    import torch
+
+    view = linted.analysis.view
+    folded = copy.deepcopy(program)
+    nodes = {n.name: n for n in folded.graph.nodes}
+    for fold in folds:
+        assert fold.dq is not None
+        read = input_node(nodes[view.as_quantized(fold.dq).name])
+        for out in fold.outputs:
+            nodes[view.as_quantized(out).name].replace_all_uses_with(read)
+    folded.graph.eliminate_dead_code()
+    folded.graph.lint()
+    folded.graph_module.recompile()
+    return torch.export.export(folded.module(check_guards=False), example, strict=False)
+
+
+def fix_npu_program(program: Any, artifact: str, config: Config, inputs: Sequence[tuple[Any, ...]],
+                    options: RunOptions, linted: Linted | None = None) -> FixResult:
+    """Fold what folds before partitioning, lower again, verify, and serialize (`fix_program` on an
+    NPU target). Raises FixError when the program does not lower or its check found values it cannot
+    vouch for, VerificationError when the folded program differs on any input."""
+    from qlint.full.lint import lint_program
+    from qlint.full.rules import lowering_message
+
+    linted = linted or lint_program(program, artifact, config, options)
+    if linted.failure is not None:
+        failed = next((f for f in linted.findings if f.code == Code.LOWERING_FAILED), None)
+        raise FixError(f"cannot fix: {lowering_message(linted.failure)}", linted if failed else None, failed)
+    reported = next((f for f in linted.findings if f.code == Code.LOWERED_PROGRAM_INVALID
+                     and f.severity == "error"), None)
+    if reported is not None:
+        raise FixError(f"cannot fix: {reported.message}", linted, reported)
+    folds = [f for f in linted.folds if f.before_lowering]
+    summary = _summary(artifact, linted, folds, options)
+    if summary.dry_run:
+        return FixResult(summary, linted.findings, linted.stats, None)
+    if not inputs:
+        from qlint.fix.apply import NO_INPUTS
+
+        raise FixError(NO_INPUTS)
+    assert linted.lowered is not None
+    before = memory_plan(linted.lowered, config.root)
+    if not folds:
+        after = to_pte(linted.lowered, config.root, "fixed")
+        return _result(summary, linted, linted, before, after, inputs)
+    folded = folded_quantized(program, linted, folds, inputs[0])
+    try:
+        require_same_outputs(run_program(program, inputs), run_program(folded, inputs))
+    except VerificationError:
+        raise
+    except Exception as exc:  # the inputs do not fit the program
+        raise FixError(f"cannot run the quantized program on its inputs: {first_line(exc)}") from None
+    fixed = lint_program(folded, artifact, config, options)
+    if fixed.failure is not None or fixed.lowered is None:
+        raise VerificationError(f"the folded program does not lower: {fixed.failure}")
+    bad = next((f for f in fixed.findings if f.code == Code.LOWERED_PROGRAM_INVALID and f.severity == "error"), None)
+    if bad is not None:
+        raise VerificationError(bad.message)
+    if fixed.delegation is not None and fixed.delegation.compiled:  # and on the fix's own inputs
+        invalid = find_invalid(fixed.analysis.view, inputs, DelegateValues(fixed.delegation))
+        if isinstance(invalid, NotRun):
+            raise VerificationError(f"{invalid.node.name} cannot run on the TOSA reference model: {invalid.reason}")
+        if invalid is not None:
+            from qlint.full.rules import invalid_message
+
+            raise VerificationError(invalid_message(invalid))
+    after = to_pte(fixed.lowered, config.root, "fixed")
+    return _result(summary, linted, fixed, before, after, inputs)
+
+
+def _summary(artifact: str, linted: Linted, folds: Sequence[Fold], options: RunOptions) -> FixSummary:
+    from qlint.fix.apply import float_op_count
+
+    made = {id(f) for f in folds}
+    ops = float_op_count(linted.analysis.view)
+    return FixSummary(
+        artifact=artifact,
+        folds=[AppliedFold(f.code, f.anchor.name, f.kind, f.describe()) for f in folds],
+        left=[*(LeftIsland(f.code, f.anchor.name, NOT_BEFORE_LOWERING.format(kind=f.kind.value))
+                for f in linted.folds if id(f) not in made),
+              *(LeftIsland(item.code, item.anchor.name, item.reason) for item in linted.left)],
+        islands_found=len(linted.analysis.islands),
+        dry_run=options.fix is not None and options.fix.dry_run,
+        fp32_ops=(ops, ops),
+        fp32_elements=(linted.stats.fp32_elements, linted.stats.fp32_elements),
+        cycles=(linted.stats.cycles, linted.stats.cycles),
+        fp32_cycles=(linted.stats.fp32_cycles, linted.stats.fp32_cycles),
+        partitions=(linted.stats.partitions, linted.stats.partitions),
+    )
+
+
+def _result(summary: FixSummary, linted: Linted, fixed: Linted, before: Any, after: Any,
+            inputs: Sequence[tuple[Any, ...]]) -> FixResult:
+    from qlint.fix.apply import float_op_count
+
+    summary.fp32_ops = (summary.fp32_ops[0], float_op_count(fixed.analysis.view))
+    summary.fp32_elements = (summary.fp32_elements[0], fixed.stats.fp32_elements)
+    summary.cycles = (summary.cycles[0], fixed.stats.cycles)
+    summary.fp32_cycles = (summary.fp32_cycles[0], fixed.stats.fp32_cycles)
+    summary.partitions = (summary.partitions[0], fixed.stats.partitions)
+    summary.activation_bytes = (before.arena_bytes, after.arena_bytes)
+    if before.peak and after.peak:
+        summary.live_peak_bytes = (before.peak.bytes, after.peak.bytes)
+        summary.live_peak, summary.live_peak_before = after.peak, before.peak
+    summary.memory = (before.timeline, after.timeline)
+    summary.pte_bytes = len(after.pte)
+    summary.verified_inputs = len(inputs)
+    return FixResult(summary, fixed.findings, fixed.stats, after.pte, fixed.lowered, after)
