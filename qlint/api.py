@@ -33,7 +33,7 @@ from qlint.records.results import (
 from qlint.settings.config import Config, RemedyName
 
 if TYPE_CHECKING:
-    from qlint.fix.apply import FixResult
+    from qlint.fix.program import FixResult
     from qlint.full.rules import Linted
 
 __all__ = [
@@ -45,7 +45,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """`FixResult` on first use: it is defined beside the fixing code, which loads the stack."""
     if name == "FixResult":
-        from qlint.fix.apply import FixResult
+        from qlint.fix.program import FixResult
 
         return FixResult
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

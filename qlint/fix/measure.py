@@ -18,17 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from qlint.fix.apply import (
-    NO_INPUTS,
-    FixError,
-    FixResult,
-    Serialized,
-    checked_after,
-    detached,
-    fixable_lint,
-    fold_all,
-    to_pte,
-)
+from qlint.fix.apply import FixError, checked_after, detached, fixable_lint, fold_all
+from qlint.fix.program import NO_INPUTS, FixResult, Serialized, to_pte
 from qlint.records.results import ArtifactStats, Figures, Finding
 from qlint.settings.config import Config
 from qlint.settings.options import RunOptions

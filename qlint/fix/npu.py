@@ -24,8 +24,8 @@ from qlint.analysis.folds import Fold
 from qlint.analysis.tosa import DelegateValues
 from qlint.analysis.validity import find_invalid
 from qlint.analysis.values import NotRun
-from qlint.fix.apply import FixResult, memory_plan, require_same_outputs, run_program, to_pte
 from qlint.fix.errors import FixError, VerificationError
+from qlint.fix.program import FixResult, memory_plan, require_same_outputs, run_program, to_pte
 from qlint.io.reads import first_line
 from qlint.loading.view import input_node
 from qlint.records.results import AppliedFold, FixSummary, LeftIsland
@@ -85,7 +85,7 @@ def fix_npu_program(program: Any, artifact: str, config: Config, inputs: Sequenc
     if summary.dry_run:
         return FixResult(summary, linted.findings, linted.stats, None)
     if not inputs:
-        from qlint.fix.apply import NO_INPUTS
+        from qlint.fix.program import NO_INPUTS
 
         raise FixError(NO_INPUTS)
     assert linted.lowered is not None
@@ -119,7 +119,7 @@ def fix_npu_program(program: Any, artifact: str, config: Config, inputs: Sequenc
 
 
 def _summary(artifact: str, linted: Linted, folds: Sequence[Fold], options: RunOptions) -> FixSummary:
-    from qlint.fix.apply import float_op_count
+    from qlint.fix.program import float_op_count
 
     made = {id(f) for f in folds}
     ops = float_op_count(linted.analysis.view)
@@ -141,7 +141,7 @@ def _summary(artifact: str, linted: Linted, folds: Sequence[Fold], options: RunO
 
 def _result(summary: FixSummary, linted: Linted, fixed: Linted, before: Any, after: Any,
             inputs: Sequence[tuple[Any, ...]]) -> FixResult:
-    from qlint.fix.apply import float_op_count
+    from qlint.fix.program import float_op_count
 
     summary.fp32_ops = (summary.fp32_ops[0], float_op_count(fixed.analysis.view))
     summary.fp32_elements = (summary.fp32_elements[0], fixed.stats.fp32_elements)

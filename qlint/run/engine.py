@@ -29,7 +29,7 @@ from qlint.settings.config import Config, RemedyName, Target
 from qlint.settings.options import FixOptions, RunOptions
 
 if TYPE_CHECKING:
-    from qlint.fix.apply import FixResult
+    from qlint.fix.program import FixResult
     from qlint.full.rules import Linted
 
 
@@ -144,7 +144,8 @@ def fix_into(
     options: RunOptions,
 ) -> None:
     """Fix one program and write its .pte atomically; on any failure write nothing."""
-    from qlint.fix.apply import FixError, VerificationError, fix_program
+    from qlint.fix.apply import fix_program
+    from qlint.fix.errors import FixError, VerificationError
 
     try:
         result = fix_program(program, artifact, config, inputs, options)
@@ -181,7 +182,7 @@ ETRECORD_SUFFIX = ".etrecord"
 
 def record_fix(report: Report, result: FixResult, artifact: str, destination: Path) -> None:
     """Write a verified fix's .pte (none for a dry run) and add its findings and summary to the report."""
-    from qlint.fix.apply import etrecord
+    from qlint.fix.program import etrecord
     from qlint.io.writes import OutputFailed, write_all
 
     if result.pte is not None:

@@ -110,7 +110,7 @@ def test_lstm_fix_stores_the_zero_state_and_is_bit_exact(lstm: tuple[Any, tuple[
 
 
 def test_the_lstm_pte_reports_what_the_program_reports(lstm_linted: Any, lstm: tuple[Any, tuple[Any, ...]]) -> None:
-    from qlint.fix.apply import to_pte
+    from qlint.fix.program import to_pte
     from qlint.full.lint import lint_pte
 
     shipped = lint_pte(to_pte(lstm_linted.lowered, Config().root).pte, "lstm.pte", Config())

@@ -92,7 +92,7 @@ def test_a_pte_reports_the_islands_of_constants_computed_in_the_graph_as_its_pro
     """Attention biases gathered with `index` from a parameter and a causal mask built with `triu`
     are computed in the graph: the `.pte` of the program reports the same islands, codes and
     identity verdicts as the program."""
-    from qlint.fix.apply import to_pte
+    from qlint.fix.program import to_pte
     from qlint.full.lint import lint_pte
     from qlint.settings.config import Config
 

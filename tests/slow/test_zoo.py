@@ -34,7 +34,7 @@ def test_the_pte_of_every_zoo_model_reads_as_its_program(
 ) -> None:
     """The `.pte` ExecuTorch writes from the lowered program, and the one `qlint fix` writes,
     report what the programs they were serialized from report."""
-    from qlint.fix.apply import to_pte
+    from qlint.fix.program import to_pte
 
     checked = linted(name)
     assert checked.failure is None and "QL007" not in codes(checked.findings)
