@@ -26,6 +26,7 @@ from qlint.fix.program import (
     Serialized,
     float_op_count,
     memory_plan,
+    record_after,
     require_same_outputs,
     run_program,
     to_pte,
@@ -292,16 +293,6 @@ def fix_program(
     summary.left = [item for item in summary.left if item.node in remaining]
     require_same_outputs(reference, run_program(lowered, inputs))
     after_fix, after = checked_after(program, lowered, artifact, config, options, evaluations)
-    summary.fp32_ops = (summary.fp32_ops[0], float_op_count(after_fix.analysis.view))
-    summary.fp32_elements = (summary.fp32_elements[0], after_fix.stats.fp32_elements)
-    summary.cycles = (summary.cycles[0], after_fix.stats.cycles)
-    summary.fp32_cycles = (summary.fp32_cycles[0], after_fix.stats.fp32_cycles)
-    summary.activation_bytes = (before.arena_bytes, after.arena_bytes)
-    if before.peak and after.peak:
-        summary.live_peak_bytes = (before.peak.bytes, after.peak.bytes)
-        summary.live_peak, summary.live_peak_before = after.peak, before.peak
-    summary.memory = (before.timeline, after.timeline)
-    summary.pte_bytes = len(after.pte)
-    summary.verified_inputs = len(inputs)
+    record_after(summary, after_fix.analysis.view, after_fix.stats, before, after, inputs)
     return FixResult(summary, after_fix.findings, after_fix.stats, after.pte, lowered, after)
 

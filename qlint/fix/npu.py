@@ -25,7 +25,18 @@ from qlint.analysis.tosa import DelegateValues
 from qlint.analysis.validity import find_invalid
 from qlint.analysis.values import NotRun
 from qlint.fix.errors import FixError, VerificationError
-from qlint.fix.program import FixResult, memory_plan, require_same_outputs, run_program, to_pte
+from qlint.fix.program import (
+    NO_INPUTS,
+    FixResult,
+    MemoryPlan,
+    Serialized,
+    float_op_count,
+    memory_plan,
+    record_after,
+    require_same_outputs,
+    run_program,
+    to_pte,
+)
 from qlint.io.reads import first_line
 from qlint.loading.view import input_node
 from qlint.records.results import AppliedFold, FixSummary, LeftIsland
@@ -85,14 +96,12 @@ def fix_npu_program(program: Any, artifact: str, config: Config, inputs: Sequenc
     if summary.dry_run:
         return FixResult(summary, linted.findings, linted.stats, None)
     if not inputs:
-        from qlint.fix.program import NO_INPUTS
-
         raise FixError(NO_INPUTS)
     assert linted.lowered is not None
     before = memory_plan(linted.lowered, config.root)
     if not folds:
         after = to_pte(linted.lowered, config.root, "fixed")
-        return _result(summary, linted, linted, before, after, inputs)
+        return _result(summary, linted, before, after, inputs)
     folded = folded_quantized(program, linted, folds, inputs[0])
     try:
         require_same_outputs(run_program(program, inputs), run_program(folded, inputs))
@@ -115,12 +124,10 @@ def fix_npu_program(program: Any, artifact: str, config: Config, inputs: Sequenc
 
             raise VerificationError(invalid_message(invalid))
     after = to_pte(fixed.lowered, config.root, "fixed")
-    return _result(summary, linted, fixed, before, after, inputs)
+    return _result(summary, fixed, before, after, inputs)
 
 
 def _summary(artifact: str, linted: Linted, folds: Sequence[Fold], options: RunOptions) -> FixSummary:
-    from qlint.fix.program import float_op_count
-
     made = {id(f) for f in folds}
     ops = float_op_count(linted.analysis.view)
     return FixSummary(
@@ -139,20 +146,8 @@ def _summary(artifact: str, linted: Linted, folds: Sequence[Fold], options: RunO
     )
 
 
-def _result(summary: FixSummary, linted: Linted, fixed: Linted, before: Any, after: Any,
+def _result(summary: FixSummary, fixed: Linted, before: MemoryPlan, after: Serialized,
             inputs: Sequence[tuple[Any, ...]]) -> FixResult:
-    from qlint.fix.program import float_op_count
-
-    summary.fp32_ops = (summary.fp32_ops[0], float_op_count(fixed.analysis.view))
-    summary.fp32_elements = (summary.fp32_elements[0], fixed.stats.fp32_elements)
-    summary.cycles = (summary.cycles[0], fixed.stats.cycles)
-    summary.fp32_cycles = (summary.fp32_cycles[0], fixed.stats.fp32_cycles)
-    summary.partitions = (summary.partitions[0], fixed.stats.partitions)
-    summary.activation_bytes = (before.arena_bytes, after.arena_bytes)
-    if before.peak and after.peak:
-        summary.live_peak_bytes = (before.peak.bytes, after.peak.bytes)
-        summary.live_peak, summary.live_peak_before = after.peak, before.peak
-    summary.memory = (before.timeline, after.timeline)
-    summary.pte_bytes = len(after.pte)
-    summary.verified_inputs = len(inputs)
+    """What the fix wrote: `fixed`, the lint of the lowered program, and its serialized plan `after`."""
+    record_after(summary, fixed.analysis.view, fixed.stats, before, after, inputs)
     return FixResult(summary, fixed.findings, fixed.stats, after.pte, fixed.lowered, after)

@@ -162,3 +162,21 @@ class FixResult:
     pte: bytes | None  # None for a dry run
     program: Any = None  # the folded, lowered ExportedProgram
     serialized: Serialized | None = None  # what was written: its plan, peak and constants
+
+
+def record_after(summary: FixSummary, view: GraphView, stats: ArtifactStats, before: MemoryPlan,
+                 after: Serialized, inputs: Sequence[tuple[Any, ...]]) -> None:
+    """The figures of the program a fix wrote (its `view`, `stats` and serialized plan `after`) beside
+    the ones `summary` holds of the program before (`before`: its memory plan)."""
+    summary.fp32_ops = (summary.fp32_ops[0], float_op_count(view))
+    summary.fp32_elements = (summary.fp32_elements[0], stats.fp32_elements)
+    summary.cycles = (summary.cycles[0], stats.cycles)
+    summary.fp32_cycles = (summary.fp32_cycles[0], stats.fp32_cycles)
+    summary.partitions = (summary.partitions[0], stats.partitions)
+    summary.activation_bytes = (before.arena_bytes, after.arena_bytes)
+    if before.peak and after.peak:
+        summary.live_peak_bytes = (before.peak.bytes, after.peak.bytes)
+        summary.live_peak, summary.live_peak_before = after.peak, before.peak
+    summary.memory = (before.timeline, after.timeline)
+    summary.pte_bytes = len(after.pte)
+    summary.verified_inputs = len(inputs)
