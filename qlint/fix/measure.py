@@ -5,8 +5,9 @@ A budget is about what ships, so a `.pt2` or a target is measured as `--fix` wou
 (folded; the same program when nothing folds); a check does not run it (`measure`). When the fix
 cannot be made, the
 lowered program is measured as it is, and the figures say so. A `.pte` is measured from its own
-plan (`qlint.loading.pte`). A program lowered for an Ethos-U is measured as lowered (`--fix` writes
-no NPU program), serialized as `to_executorch` serializes it. SRAM is the planned arena (activations
+plan (`qlint.loading.pte`). A program lowered for an Ethos-U is measured as lowered (`--fix` folds
+it before partitioning and lowers it again, which a check does not), serialized as `to_executorch`
+serializes it. SRAM is the planned arena (activations
 and the CMSIS-NN scratch buffers ExecuTorch plans into it) plus what loading the program takes from
 the method allocator (`qlint.device.memory.method_allocator_bytes`) plus, with NPU partitions, the
 largest partition's Vela scratch; flash is the `.pte`'s length, the partitions' command streams and
@@ -28,8 +29,9 @@ if TYPE_CHECKING:
     from qlint.full.rules import Linted
 
 AS_FIXED = "as --fix writes it"
-# `--fix` writes no program lowered for an NPU: its figures are of the lowered program, serialized.
-AS_LOWERED_NPU = "as lowered for the NPU, serialized (--fix does not write NPU programs)"
+# A check measures a program lowered for an NPU as it is: `--fix` folds it in the quantized program
+# and lowers it again, which a check does not do.
+AS_LOWERED_NPU = "as lowered for the NPU, serialized, unfolded (--fix lowers again to fold; a check does not)"
 
 
 def figures(artifact: str, measured: str, checked: list[Finding], stats: ArtifactStats,
