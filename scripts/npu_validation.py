@@ -37,7 +37,8 @@ def mobilenet_v2() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], list[tupl
     from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
 
     torch.manual_seed(0)
-    model = MobileNetV2ForImageClassification(MobileNetV2Config(image_size=224, num_labels=1001, tf_padding=False)).eval()
+    config = MobileNetV2Config(image_size=224, num_labels=1001, tf_padding=False)
+    model = MobileNetV2ForImageClassification(config).eval()
 
     class Logits(torch.nn.Module):
         def __init__(self) -> None:
