@@ -21,9 +21,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from qlint.analysis.folds import Fold
-from qlint.analysis.tosa import DelegateValues
-from qlint.analysis.validity import find_invalid
-from qlint.analysis.values import NotRun
 from qlint.fix.errors import FixError, VerificationError
 from qlint.fix.program import (
     NO_INPUTS,
@@ -109,20 +106,12 @@ def fix_npu_program(program: Any, artifact: str, config: Config, inputs: Sequenc
         raise
     except Exception as exc:  # the inputs do not fit the program
         raise FixError(f"cannot run the quantized program on its inputs: {first_line(exc)}") from None
-    fixed = lint_program(folded, artifact, config, options)
+    fixed = lint_program(folded, artifact, config, options, npu_inputs=inputs)  # QL007 on the fix's inputs
     if fixed.failure is not None or fixed.lowered is None:
         raise VerificationError(f"the folded program does not lower: {fixed.failure}")
     bad = next((f for f in fixed.findings if f.code == Code.LOWERED_PROGRAM_INVALID and f.severity == "error"), None)
     if bad is not None:
         raise VerificationError(bad.message)
-    if fixed.delegation is not None and fixed.delegation.compiled:  # and on the fix's own inputs
-        invalid = find_invalid(fixed.analysis.view, inputs, DelegateValues(fixed.delegation))
-        if isinstance(invalid, NotRun):
-            raise VerificationError(f"{invalid.node.name} cannot run on the TOSA reference model: {invalid.reason}")
-        if invalid is not None:
-            from qlint.full.rules import invalid_message
-
-            raise VerificationError(invalid_message(invalid))
     after = to_pte(fixed.lowered, config.root, "fixed")
     return _result(summary, fixed, before, after, inputs)
 

@@ -4,7 +4,7 @@ the program a `.pte` ships, read as it is, then the rules. Used by the engine, `
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from qlint.records.results import Figures, Report
@@ -22,7 +22,8 @@ Measure: TypeAlias = "Callable[[GraphView, ProgramCost], ProgramCost]"
 
 
 def lint_program(program: Any, artifact: str, config: Config, options: RunOptions | None = None, *,
-                 values_verified: bool = False, measure: Measure | None = None) -> Linted:
+                 values_verified: bool = False, measure: Measure | None = None,
+                 npu_inputs: Sequence[tuple[Any, ...]] | None = None) -> Linted:
     """Lower one quantized ExportedProgram (for the Cortex-M CPU, or with `config.npu` for its Ethos-U
     as Arm's flow does) and run the enabled rules on the result.
 
@@ -30,6 +31,7 @@ def lint_program(program: Any, artifact: str, config: Config, options: RunOption
     on the quantized program instead, so the islands are still reported.
     `values_verified`: the caller runs QL007's value check itself (`--fix`, on its inputs).
     `measure`: measured cycles of the lowered program's ops from its view and the estimate (`--profile`).
+    `npu_inputs`: what QL007 runs an NPU program's partitions on (`--fix`'s verification inputs).
     """
     from qlint.full.rules import run_rules
     from qlint.loading.lowering import LoweringError, run_passes, to_edge
@@ -52,6 +54,7 @@ def lint_program(program: Any, artifact: str, config: Config, options: RunOption
     if delegation is not None and config.npu is not None:
         delegation = _compiled_both_ways(program, view, delegation, config.npu)
     linted = run_rules(view, artifact, config, verbose=options.verbose, values_verified=values_verified,
+                       npu_inputs=npu_inputs,
                        measure=None if measure is None else functools.partial(measure, view), delegation=delegation)
     linted.lowered = lowered
     return linted

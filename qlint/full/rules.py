@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -101,6 +101,7 @@ class Context:
     cost: ProgramCost | None = None  # the estimate of the lowered program on the run's core
     plans: dict[Region, Fold | Left] = field(default_factory=dict)
     delegation: Delegation | None = None  # lowered for an Ethos-U: what its partitioner and Vela said
+    npu_inputs: Sequence[tuple[Any, ...]] | None = None  # what the NPU value check runs on (None: its own)
 
     @cached_property
     def partitions(self) -> Partitions:
@@ -363,10 +364,11 @@ def npu_values(context: Context, delegation: Delegation) -> list[Finding]:
     if not delegation.compiled:
         return [npu_unchecked(context, delegation)]
     view = context.view
-    unpaired = uncompared_calls(view) if view.quantized is not None and npu_check_inputs(view.quantized) else []
+    batches = context.npu_inputs if context.npu_inputs is not None else npu_check_inputs(view.quantized)
+    unpaired = uncompared_calls(view) if view.quantized is not None and batches else []
     if unpaired:
         return [npu_not_run(context, NotRun(unpaired[0], NOT_PAIRED))]
-    found = find_invalid(view, npu_check_inputs(view.quantized), DelegateValues(delegation))
+    found = find_invalid(view, batches, DelegateValues(delegation))
     if isinstance(found, NotRun):
         return [npu_not_run(context, found)]
     if isinstance(found, Invalid) and found.divergence is not None and _partition_output(found.node) is not None:
@@ -541,6 +543,7 @@ def run_rules(
     values_verified: bool = False,
     measure: Callable[[ProgramCost], ProgramCost] | None = None,
     delegation: Delegation | None = None,
+    npu_inputs: Sequence[tuple[Any, ...]] | None = None,
 ) -> Linted:
     """Run the enabled rules on one program (the quantized one when lowering failed).
 
@@ -551,8 +554,9 @@ def run_rules(
     `measure`: the cycles a profile of this program measured, given the estimate: they replace it in
     every figure, and the report sets the two side by side (`qlint.device.profile`).
     `delegation`: the program was lowered for an Ethos-U. QL010 says what its NPU does not run and why,
-    in QL002's place (an fp32 island there is an NPU fallback); QL005 counts the NPU's share; the
-    delegate calls are not priced (the Cortex-M estimate prices the CPU's ops only).
+    in QL002's place (an fp32 island there is an NPU fallback); QL005 counts the NPU's share; each
+    delegate call is priced at Vela's estimate for its partition. `npu_inputs`: what QL007 runs its NPU
+    partitions on (`--fix`'s verification inputs), instead of the sample input and seeded batches.
     """
     region_codes = {r.code for r in enabled_rules(Scope.REGION, config)}
     if delegation is not None or config.npu is not None:  # lowered for an NPU, or that lowering failed
@@ -565,7 +569,7 @@ def run_rules(
     # states a share of it, though the CPU's ops are priced
     timed = cost if cost is None or not cost.unpriced else None
     context = Context(view, analysis, FindingFactory(artifact, config), failure, verbose, values_verified, timed,
-                      delegation=delegation)
+                      delegation=delegation, npu_inputs=npu_inputs)
     findings: list[Finding] = []
     if failure is not None:
         for lowering_rule in enabled_rules(Scope.LOWERING, config):
