@@ -82,6 +82,20 @@ class TokenMixing(nn.Module):
         return self.tokens(self.channels(x).transpose(1, 2))
 
 
+class ConvLayerNorm(nn.Module):
+    """A convolution whose output channels are LayerNorm'ed per position, then a linear layer: a
+    token mixer's stem over `size`x`size` positions (1: a pooled vector, a classifier's head)."""
+
+    def __init__(self, channels: int = 32) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(16, channels, 3, padding=1)
+        self.norm = nn.LayerNorm(channels)
+        self.linear = nn.Linear(channels, channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.norm(self.conv(x).flatten(2).transpose(1, 2)))
+
+
 def make_attention() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[tuple[torch.Tensor, ...]]]:
     torch.manual_seed(0)
     return Attention().eval(), (torch.randn(1, 16, 32),), _batches((1, 16, 32))
@@ -112,6 +126,16 @@ def make_embedding() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[tuple[to
 def make_token_mixing() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[tuple[torch.Tensor, ...]]]:
     torch.manual_seed(0)
     return TokenMixing().eval(), (torch.randn(1, 16, 16),), _batches((1, 16, 16))
+
+
+def make_conv_layernorm() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[tuple[torch.Tensor, ...]]]:
+    torch.manual_seed(0)
+    return ConvLayerNorm().eval(), (torch.randn(1, 16, 4, 4),), _batches((1, 16, 4, 4))
+
+
+def make_head_layernorm() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[tuple[torch.Tensor, ...]]]:
+    torch.manual_seed(0)
+    return ConvLayerNorm(64).eval(), (torch.randn(1, 16, 1, 1),), _batches((1, 16, 1, 1))
 
 
 # The ops a user left in float, by factory: `make_attention` with its scale left float is the

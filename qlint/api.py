@@ -144,24 +144,26 @@ def remedy(
     module: Any,
     example_inputs: tuple[Any, ...],
     calibration_inputs: Sequence[tuple[Any, ...]] = (),
-    remedies: Sequence[str] = tuple(RemedyName),
+    remedies: Sequence[str] | None = None,
     config: Config | None = None,
     *,
     artifact: str = "<model>",
 ) -> Remedied:
-    """Export and quantize `module` for Cortex-M with each remedy that helps, then fold and verify.
+    """Export and quantize `module` for Cortex-M (with `config.npu`, for its Ethos-U) with each remedy
+    that helps, then fold and verify.
 
-    Each remedy is tried alone and kept only when it raises int8 coverage or lowers
-    fp32 elements, the arena, its live peak or the table folds, with the SQNR against the float
-    model at most `config.remedy_max_sqnr_drop_db` lower. Raises FixError (nothing
+    `remedies`: the names to try (None: every remedy of the config's flow). Each is tried alone and
+    kept only when it raises int8 coverage or lowers fp32 elements, the arena, its live peak or the
+    table folds (on an NPU target also the inference's estimated cycles), with the SQNR against the
+    float model at most `config.remedy_max_sqnr_drop_db` lower. Raises FixError (nothing
     built) when the kept remedies together fail or cost more accuracy than that.
     """
     from qlint.loading.quantize import BuildError
     from qlint.remedies.remedy import Build
-    from qlint.remedies.search import remediate
+    from qlint.remedies.search import remediate, remedies_for
 
     config = config or Config()
-    names = [RemedyName(name) for name in remedies]
+    names = list(remedies_for(config)) if remedies is None else [RemedyName(name) for name in remedies]
     try:
         done = remediate(Build(module, tuple(example_inputs), tuple(calibration_inputs)), names, config, artifact)
     except BuildError as exc:  # the plain build does not export, quantize, lower or run

@@ -379,7 +379,10 @@ class Measurement:
     table_folds: int             # islands folded into a 256-entry table (an identity needs none)
     sqnr_db: float               # int8 program against the float model (inf: equal outputs)
     kernels: dict[str, int]      # Cortex-M kernels in the lowered program, by name
-    cycles: int | None = None    # estimated on the run's core (shown; not a gain a remedy is kept for)
+    cycles: int | None = None    # the inference's, estimated on the run's core (a gain on an NPU target only)
+    npu_cycles: int | None = None  # an NPU target's: Vela's for its partitions
+    cpu_cycles: int | None = None  # an NPU target's: the CPU's ops
+    partitions: int | None = None  # an NPU target's delegate calls
 
 
 @dataclass(frozen=True)

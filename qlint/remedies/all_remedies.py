@@ -14,6 +14,7 @@ from qlint.remedies.derived_scale_qparams import DerivedScaleQParams
 from qlint.remedies.expand_broadcasts import ExpandBroadcasts
 from qlint.remedies.int8_io import Int8IO
 from qlint.remedies.int8_layernorm import Int8LayerNorm
+from qlint.remedies.layernorm_placement import LayerNormPlacement
 from qlint.remedies.remedy import Remedy
 from qlint.remedies.unfused_attention import UnfusedAttention
 from qlint.settings.config import RemedyName
@@ -21,5 +22,5 @@ from qlint.settings.config import RemedyName
 REMEDIES: dict[RemedyName, Remedy] = {
     r.name: r for r in (
         ChannelsLast(), UnfusedAttention(), DerivedScaleQParams(), Int8IO(), Int8LayerNorm(), ExpandBroadcasts(),
-        Conv1dAsConv2d())
+        Conv1dAsConv2d(), LayerNormPlacement())
 }

@@ -35,6 +35,7 @@ class Remedy:
 
     name: ClassVar[RemedyName]
     user_change: ClassVar[tuple[str, ...]]  # the lines a user adds to their own export script
+    for_npu: ClassVar[bool] = False  # a remedy for an Ethos-U target's build (else for the Cortex-M CPU's)
     edits_factory: ClassVar[bool] = False  # it changes what the factory returns: `--write patch:` can write it there
 
     def not_applicable(self, graph: Any) -> str | None:

@@ -7,6 +7,13 @@ the SQNR of the program against the float model on the calibration batches plus
 seeded ones. A remedy is kept when one of the first five improves and its SQNR
 is at most `remedy_max_sqnr_drop_db` below the plain build's; the kept ones are
 then built together, and that build, also within the guard, is what `--fix` writes.
+
+On an Ethos-U target the builds are quantized by Arm's quantizer and lowered with
+their NPU partitions; the inference's estimated cycles (Vela's for the partitions,
+the Cortex-M model for the CPU's ops) are a gain too, which is what placing an op
+on the NPU or the CPU trades, and the SQNR is the quantized program's: the delegate
+calls do not run on the host, and the fix checked each partition on the TOSA
+reference model against that program.
 """
 
 from __future__ import annotations
@@ -99,13 +106,23 @@ def float_outputs(model: Any, batches: Sequence[tuple[Any, ...]]) -> list[torch.
         return [t.reshape(-1) for batch in batches for t in flatten(model.eval()(*batch))]
 
 
-def build_program(build: Build, remedies: list[Remedy]) -> tuple[Any, Build, ProgramIO | None]:
-    """The quantized ExportedProgram of `build` with `remedies`, the build in its layout, and its integer IO."""
+def remedies_for(config: Config) -> tuple[RemedyName, ...]:
+    """The remedies of the flow `config` lowers for (an Ethos-U target's, or the Cortex-M CPU's): what
+    `--unsafe-fixes` tries."""
+    return tuple(name for name, remedy in REMEDIES.items() if remedy.for_npu == (config.npu is not None))
+
+
+def build_program(build: Build, remedies: list[Remedy], config: Config) -> tuple[Any, Build, ProgramIO | None]:
+    """The quantized ExportedProgram of `build` with `remedies`, the build in its layout, and its integer IO:
+    quantized as the flow `config` lowers for quantizes (`CortexMQuantizer`, or Arm's for its Ethos-U)."""
     from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+
+    from qlint.loading import ethos_u
 
     changed = apply_to_build(build, remedies)
     graph = apply_to_graph(export_float(changed.model, changed.example), remedies)
-    quantizer = apply_to_quantizer(CortexMQuantizer(), remedies)
+    base = ethos_u.quantizer(config.npu) if config.npu is not None else CortexMQuantizer()
+    quantizer = apply_to_quantizer(base, remedies)
     program = quantize_graph(graph, changed.example, list(changed.calibration), quantizer)
     return program, changed, apply_to_program(program, remedies)
 
@@ -124,13 +141,17 @@ def measure(program: Any, config: Config, artifact: str, verify: Sequence[tuple[
     except (FixError, VerificationError) as exc:
         raise RemedyError(str(exc)) from None
     lowered = fixed.program
+    # On an NPU target the lowered program's delegate calls do not run on the host; the quantized
+    # program does, and the fix checked each partition's TOSA computes its int8 on the reference model.
+    ran = program if config.npu is not None else lowered
     try:
-        outputs = [read(batch, io) for batch in run_program(lowered, batches)]
+        outputs = [read(batch, io) for batch in run_program(ran, batches)]
     except Exception as exc:  # the fixed program cannot run on these batches
-        raise RemedyError(f"the lowered program does not run: {first_line(exc)}") from None
+        raise RemedyError(f"the {'quantized' if ran is program else 'lowered'} program does not run: "
+                          f"{first_line(exc)}") from None
     names = (op_name(n).removesuffix(".default") for n in lowered.graph.nodes if n.op == "call_function")
     kernels = Counter(n for n in names if n.startswith("cortex_m.") and not n.endswith("quantize_per_tensor"))
-    summary = fixed.summary
+    summary, stats = fixed.summary, fixed.stats
     return fixed, Measurement(
         coverage=fixed.stats.coverage,
         fp32_ops=summary.fp32_ops[1],
@@ -140,13 +161,20 @@ def measure(program: Any, config: Config, artifact: str, verify: Sequence[tuple[
         table_folds=sum(1 for fold in summary.folds if fold.kind == FoldKind.TABLE),
         sqnr_db=sqnr_db(reference, [t.reshape(-1) for batch in outputs for t in batch]),
         kernels=dict(sorted(kernels.items())),
-        cycles=fixed.stats.cycles,
+        cycles=stats.cycles,
+        npu_cycles=stats.npu_cycles,
+        cpu_cycles=stats.cpu_cycles,
+        partitions=stats.partitions,
     )
 
 
 def _gains(before: Measurement, after: Measurement) -> list[str]:
-    """What improved, in words; empty when nothing did."""
+    """What improved, in words; empty when nothing did. On an NPU target (a build with partitions) the
+    inference's estimated time is one: placing an op trades the NPU's cycles against the CPU's."""
     gains = []
+    if before.partitions is not None and None not in (before.cycles, after.cycles) \
+            and after.cycles < before.cycles:  # type: ignore[operator]
+        gains.append(f"est. cycles {before.cycles:,} -> {after.cycles:,}")
     if after.coverage > before.coverage:
         gains.append(f"int8 coverage {before.coverage:.0%} -> {after.coverage:.0%}")
     if after.fp32_elements < before.fp32_elements:
@@ -178,7 +206,7 @@ class _Candidate:
 def _built(build: Build, remedies: list[Remedy], config: Config, artifact: str,
            batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> _Candidate:
     try:
-        program, changed, io = build_program(build, remedies)
+        program, changed, io = build_program(build, remedies, config)
     except Exception as exc:  # export or quantization raised with this remedy
         raise RemedyError(f"export/quantization failed: {type(exc).__name__}: {first_line(exc)}") from None
     verify = [feed(b, io) for b in verification_inputs(changed.example, list(changed.calibration))]
@@ -235,6 +263,16 @@ def _refused_or_partly_kept(
                          measured), None
 
 
+def _other_flow(remedy: Remedy, config: Config) -> str | None:
+    """Why `remedy` does not apply to a build for this target's flow, or None when it is that flow's."""
+    if remedy.for_npu and config.npu is None:
+        return "it places ops between an Ethos-U NPU and the CPU; this target lowers for the Cortex-M CPU alone"
+    if not remedy.for_npu and config.npu is not None:
+        return (f"it changes what the Cortex-M CPU flow quantizes; this target lowers for {config.npu.accelerator}, "
+                "whose quantizer is Arm's")
+    return None
+
+
 def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifact: str) -> Remediated:
     """Try each remedy alone against the plain build; build the kept ones together.
 
@@ -253,7 +291,7 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
     kept: dict[RemedyName, tuple[Remedy, _Candidate]] = {}
     for name in names:
         remedy = REMEDIES[name]
-        reason = remedy.not_applicable(float_graph)
+        reason = _other_flow(remedy, config) or remedy.not_applicable(float_graph)
         if reason is not None:
             report.outcomes.append(RemedyOutcome(name, RemedyStatus.SKIPPED, f"does not apply: {reason}"))
             continue

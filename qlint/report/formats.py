@@ -206,7 +206,22 @@ def not_written_line(fix: FixSummary) -> str:
 def _measured(m: Measurement) -> str:
     return (f"int8 coverage {m.coverage:.0%}, {m.fp32_ops} fp32 ops, {m.fp32_elements} fp32 elements per inference, "
             f"arena {m.arena_bytes} bytes (live peak {m.live_peak_bytes}), SQNR {m.sqnr_db:.1f} dB"
-            + (f", est. {m.cycles:,} cycles" if m.cycles is not None else ""))
+            + (f", est. {m.cycles:,} cycles" if m.cycles is not None else "") + _split(m))
+
+
+def _split(m: Measurement) -> str:
+    """An NPU target's time split: ` (a NPU + b CPU; n partitions)`."""
+    if m.partitions is None or m.npu_cycles is None or m.cpu_cycles is None:
+        return ""
+    return f" ({m.npu_cycles:,} NPU + {m.cpu_cycles:,} CPU; {m.partitions} partition{'s' if m.partitions != 1 else ''})"
+
+
+def _compared(before: Measurement, after: Measurement) -> str:
+    """A remedy's build against the plain one: SQNR, and on an NPU target the inference's cycles both ways."""
+    said = f"SQNR {before.sqnr_db:.1f} -> {after.sqnr_db:.1f} dB"
+    if after.partitions is not None and before.cycles is not None and after.cycles is not None:
+        said += f"; est. cycles {before.cycles:,}{_split(before)} -> {after.cycles:,}{_split(after)}"
+    return said
 
 
 def kernels_gained(before: Measurement, after: Measurement) -> dict[str, int]:
@@ -231,8 +246,9 @@ def remedy_lines(remedied: RemedyReport) -> list[str]:
              f"  before: {_measured(remedied.baseline)}"]
     for outcome in remedied.outcomes:
         lines.append(f"  {outcome.status} {outcome.remedy}: {outcome.reason}")
-        if outcome.measured is not None and outcome.status != RemedyStatus.SKIPPED:
-            lines.append(f"    SQNR {remedied.baseline.sqnr_db:.1f} -> {outcome.measured.sqnr_db:.1f} dB")
+        if outcome.measured is not None and (outcome.status != RemedyStatus.SKIPPED
+                                             or outcome.measured.partitions is not None):
+            lines.append(f"    {_compared(remedied.baseline, outcome.measured)}")
         if outcome.sites:
             lines.append("    each site alone, worst first:")
             lines.extend(f"      {site.site}: {site.failed}" if site.failed else

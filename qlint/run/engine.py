@@ -454,7 +454,9 @@ def target_remedies(target: Target, config: Config, options: RunOptions) -> tupl
     if options.fix is None:
         return ()
     if options.fix.unsafe_fixes:
-        return tuple(RemedyName)
+        from qlint.remedies.search import remedies_for
+
+        return remedies_for(config)
     return target.remedies if target.remedies is not None else config.remedies
 
 

@@ -71,6 +71,7 @@ class RemedyName(StrEnum):
     INT8_LAYERNORM = "int8-layernorm"
     EXPAND_BROADCASTS = "expand-broadcasts"
     CONV1D_AS_CONV2D = "conv1d-as-conv2d"
+    LAYERNORM_PLACEMENT = "layernorm-placement"
 
 
 class ConfigError(Exception):
@@ -751,8 +752,9 @@ targets: []
 # Remedies: export/quantization changes `qlint check --fix` makes to targets
 # (unsafe fixes: they change numerics). Each is tried alone and kept only if it
 # helps and the SQNR against the float model drops by at most the guard.
-# `--unsafe-fixes` tries all of them. Known: channels-last, unfused-attention,
-# derived-scale-qparams, int8-io, int8-layernorm, expand-broadcasts, conv1d-as-conv2d.
+# `--unsafe-fixes` tries all of the target's flow. Known: channels-last, unfused-attention,
+# derived-scale-qparams, int8-io, int8-layernorm, expand-broadcasts, conv1d-as-conv2d
+# (Cortex-M CPU); layernorm-placement (Ethos-U: each LayerNorm on the NPU or the CPU, the cheaper).
 remedies: []
 remedy_max_sqnr_drop_db: 1.0
 

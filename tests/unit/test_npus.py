@@ -244,15 +244,6 @@ def test_a_target_without_vela_is_one_line_naming_the_extra_exit_2(tmp_path: Pat
     assert "Vela" not in err and "no.pte" in err  # a `.pte` is read as lowered: nothing to compile
 
 
-def test_unsafe_fixes_on_an_npu_target_are_refused_in_one_line(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    config = str(write(tmp_path, "include: []\nboard: corstone-300-fvp\n"))
-    code, out, err = run_cli(["check", "--config", config, "--fix", "--unsafe-fixes", str(tmp_path)], capsys)
-    assert (code, out, err) == (2, "", "qlint: error: --unsafe-fixes measures remedies on the Cortex-M CPU flow "
-                                       "only; the ethos-u55-128 target takes --fix: run without --unsafe-fixes "
-                                       "(or --target cortex-m)\n")
-
-
 def test_static_says_it_checks_the_cpu_flow_only_when_an_npu_is_named(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     config = str(write(tmp_path, "include: []\n"))

@@ -170,8 +170,8 @@ def _config(args: argparse.Namespace) -> Config | None:
 
 
 def _npu_unmet(config: Config, args: argparse.Namespace) -> str | None:
-    """What an Ethos-U target in this run needs and does not have: Vela (the `ethos-u` extra), or a
-    remedy `--unsafe-fixes` can measure (on the Cortex-M flow only); None when no NPU is named."""
+    """What an Ethos-U target in this run needs and does not have (Vela, the `ethos-u` extra); None
+    when no NPU is named."""
     from qlint.settings.npus import vela_missing
 
     named = [config.npu] if config.npu is not None else []
@@ -179,9 +179,6 @@ def _npu_unmet(config: Config, args: argparse.Namespace) -> str | None:
               and (args.targets_only or not args.paths)]
     if not named:
         return None
-    if args.unsafe_fixes:
-        return (f"--unsafe-fixes measures remedies on the Cortex-M CPU flow only; the {named[0].accelerator} "
-                "target takes --fix: run without --unsafe-fixes (or --target cortex-m)")
     if args.paths and not args.targets_only and all(str(p).endswith(".pte") for p in args.paths):
         return None  # a `.pte` is read as it was lowered: nothing to compile
     return vela_missing(named[0])

@@ -1,0 +1,65 @@
+"""The `layernorm-placement` remedy on an Ethos-U target: each LayerNorm quantized onto the NPU (as
+Arm's quantizer builds it) or left in float on the CPU, both built, lowered and priced, the cheaper
+kept within the SQNR guard."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+import examples.npu as npu_examples
+from qlint.api import remedy
+from qlint.records.results import RemedyStatus
+from qlint.report.formats import remedy_lines
+from qlint.settings.config import Config, RemedyName
+from qlint.settings.npus import npu
+
+
+def placed(factory: str, accelerator: str, names: tuple[str, ...] = (RemedyName.LAYERNORM_PLACEMENT,)) -> Any:
+    model, example, calibration = getattr(npu_examples, factory)()
+    config = replace(Config(root=ROOT), npu=npu(accelerator))
+    return remedy(model, example, calibration, names, config, artifact=factory)
+
+
+@pytest.mark.parametrize(("factory", "accelerator", "on_cpu_cheaper"), [
+    ("make_head_layernorm", "ethos-u55-32", True),     # one 64-element vector: the NPU's chain costs more
+    ("make_conv_layernorm", "ethos-u55-128", False),   # 16 positions of 32 channels: the NPU is far cheaper
+])
+def test_both_placements_are_priced_and_the_cheaper_one_is_kept(factory: str, accelerator: str,
+                                                                on_cpu_cheaper: bool) -> None:
+    done = placed(factory, accelerator)
+    report = done.report
+    [outcome] = report.outcomes
+    on_npu, on_cpu = report.baseline, outcome.measured
+    assert on_cpu is not None
+    # as built the LayerNorm is in the one partition; left float it splits it, and the CPU runs it
+    assert (on_npu.partitions, on_cpu.partitions) == (1, 2)
+    assert (on_npu.fp32_ops, on_cpu.fp32_ops) == (0, 1)
+    assert on_cpu.npu_cycles < on_npu.npu_cycles and on_cpu.cpu_cycles > on_npu.cpu_cycles
+    for measured in (on_npu, on_cpu):  # no board: the NPU's cycles count as the core's
+        assert measured.cycles == measured.npu_cycles + measured.cpu_cycles
+    assert on_cpu.sqnr_db > on_npu.sqnr_db  # the float LayerNorm is the float model's own
+    assert (on_cpu.cycles < on_npu.cycles) is on_cpu_cheaper
+    assert outcome.status == (RemedyStatus.KEPT if on_cpu_cheaper else RemedyStatus.SKIPPED)
+    said = "\n".join(remedy_lines(report))
+    assert f"{on_npu.cycles:,} ({on_npu.npu_cycles:,} NPU + {on_npu.cpu_cycles:,} CPU; 1 partition)" in said
+    assert f"{on_cpu.cycles:,} ({on_cpu.npu_cycles:,} NPU + {on_cpu.cpu_cycles:,} CPU; 2 partitions)" in said
+    # what --fix writes is the kept placement's build: the LayerNorm left float only when that was cheaper
+    assert (done.fixed.stats.partitions, done.fixed.summary.fp32_ops[1]) == ((2, 1) if on_cpu_cheaper else (1, 0))
+
+
+@pytest.mark.model("make_conv_layernorm")
+def test_each_flow_tries_only_its_own_remedies() -> None:
+    done = placed("make_conv_layernorm", "ethos-u55-128", (RemedyName.INT8_LAYERNORM,))
+    [outcome] = done.report.outcomes
+    assert outcome.status == RemedyStatus.SKIPPED
+    assert outcome.reason == ("does not apply: it changes what the Cortex-M CPU flow quantizes; this target lowers "
+                              "for ethos-u55-128, whose quantizer is Arm's")
+    model, example, calibration = npu_examples.make_conv_layernorm()
+    cpu = remedy(model, example, calibration, (RemedyName.LAYERNORM_PLACEMENT,), Config(root=ROOT))
+    [outcome] = cpu.report.outcomes
+    assert outcome.reason == ("does not apply: it places ops between an Ethos-U NPU and the CPU; this target "
+                              "lowers for the Cortex-M CPU alone")
