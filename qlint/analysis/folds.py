@@ -10,6 +10,10 @@ Three folds of quantized regions, each proven on every value of the input dtype 
   (S*c for div, S/c for mul) when that gives the same integers for all 65536
   inputs; a resulting identity is then deleted.
 
+- gather (NPU targets): a gather the CPU runs on a table it dequantizes whole every inference
+  (`nn.Embedding` on a U55) reads the int8 table instead, when the quantize after it gives back
+  every integer the table can hold; selecting rows commutes with the per-tensor dequantize.
+
 A constant subgraph (QL008) has no input to range over: its results, computed once with the graph's
 own ops on its own constants, are stored as constants (int8 where it ends in a quantize) and the
 subgraph is deleted; exact by construction, and verified end to end like every fold.
@@ -31,7 +35,7 @@ from torch.fx import Node
 from qlint._compat import StrEnum
 from qlint.analysis.islands import Island
 from qlint.analysis.regions import Exhaustive, Region
-from qlint.loading.view import GraphView, Kind, input_node, op_name, output_dtype, run_node
+from qlint.loading.view import GraphView, Kind, input_node, numel, op_name, output_dtype, run_node
 from qlint.rules.qparams import QParams
 from qlint.rules.table import Code
 
@@ -43,6 +47,7 @@ class FoldKind(StrEnum):
     TABLE = "table"         # the region becomes one int8 lookup table
     RESCALE = "rescale"     # the region's constant goes into the output quantize scale
     CONSTANT = "constant"   # the subgraph's results are stored as constants
+    GATHER = "gather"       # a gather reads its int8 table: the table's dequantize and the quantize after go
 
 
 @dataclass
@@ -63,7 +68,8 @@ class Fold:
         """An identity with no shape op to replay: the quantized program can say it too (the island's
         output quantize reads its producer's int8 instead), so an NPU target folds it before the
         partitioner runs, and the partitions it split merge (`qlint.fix.npu`)."""
-        return self.kind == FoldKind.IDENTITY and not self.reshapes and self.dq is not None
+        return (self.kind == FoldKind.IDENTITY and not self.reshapes and self.dq is not None) \
+            or self.kind == FoldKind.GATHER
 
     def moved(self, nodes: Mapping[str, Node]) -> Fold:
         """This fold on a copy of its graph (nodes matched by name): folding the copy leaves this graph as it was."""
@@ -90,6 +96,9 @@ class Fold:
         replay = "".join(f"{op_name(n)} on integers, " for n in self.reshapes)
         if self.kind == FoldKind.IDENTITY:
             return f"identity: replace {ops} with {replay.removesuffix(', ')}" if replay else f"identity: remove {ops}"
+        if self.kind == FoldKind.GATHER:
+            return (f"gather: {op_name(self.anchor)} reads the int8 table; remove {op_name(self.dq)} "
+                    f"({numel(self.dq):,} elements a call), {', '.join(op_name(n) for n in self.outputs)}")
         if self.kind == FoldKind.TABLE:
             return f"table: replace {ops} with {replay}cortex_m.quantized_activation (256-entry int8 table)"
         return (
@@ -235,6 +244,41 @@ def _constant(region: Region) -> Fold | str:
         return "a result has no computed value"
     return Fold(FoldKind.CONSTANT, region.code, region.anchor, None, subgraph.results, region.island.nodes,
                 values={n: v.clone().contiguous() for n, v in values.items() if v is not None})
+
+
+# The gathers whose first argument is the table they select from, by op name.
+GATHERS = ("aten.index_select.default", "aten.embedding.default")
+
+
+def plan_gather(view: GraphView, node: Node) -> Fold | Left | None:
+    """How a gather on the CPU that reads a whole dequantized int8 table folds, or why it cannot (QL010);
+    None when `node` is no gather of a dequantized constant.
+
+    `nn.Embedding` quantized for a U55 (whose TOSA profile has no gather for it) runs on the CPU as
+    dequantize(table) -> index_select -> quantize: every inference dequantizes every row to select a
+    few. A per-tensor dequantize maps each integer alone, so selecting rows first and dequantizing
+    them gives the same floats; when the quantize after the gather gives back every integer the
+    table's dtype range holds (proven on each of them, with the graph's own ops), the gather reads the
+    int8 table and both conversions go."""
+    if op_name(node) not in GATHERS or not isinstance(node.args[0], Node):
+        return None
+    dq = node.args[0]
+    if view.kind(dq) != Kind.DEQUANTIZE or len(dq.users) != 1 or view.constant(input_node(dq)) is None:
+        return None
+    qp_in, users = view.qparams(dq), list(node.users)
+    if qp_in is None:
+        return Left(Code.NPU_FALLBACK, node, "its table is not quantized per tensor")
+    if len(users) != 1 or view.kind(users[0]) != Kind.QUANTIZE or view.qparams(users[0]) is None:
+        return Left(Code.NPU_FALLBACK, node, "what it gathers is not quantized again by one per-tensor quantize")
+    [q] = users
+    dtype = getattr(torch, qp_in.dtype)
+    values = torch.arange(qp_in.qmin, qp_in.qmax + 1).to(dtype)
+    back = run_node(q, run_node(dq, values, *dq.args[1:]), *q.args[1:])
+    if back.dtype != dtype or not torch.equal(back, values):
+        differing = int((back.to(torch.int32) != values.to(torch.int32)).sum())
+        return Left(Code.NPU_FALLBACK, node, (f"the quantize after it, {view.qparams(q)}, changes {differing} of "
+                                              f"{values.numel()} table values ({qp_in})"))
+    return Fold(FoldKind.GATHER, Code.NPU_FALLBACK, node, dq, [q], [dq, q])
 
 
 def plan_region(region: Region) -> Fold | Left:

@@ -6,8 +6,9 @@ stop and start again. So the fold is made where the partitioner will see it, in 
 program, which is then lowered again. Only what the quantized program can say exactly folds there:
 an island that is an identity on the int8 values (proven over the whole int8 range by
 `analysis.folds`) is removed, and the quantize after it reads the int8 its producer wrote, which is
-the value it held before. A table or a rescale would need a Cortex-M kernel or new qparams the NPU
-flow does not take: they are left, and say why.
+the value it held before; a gather that dequantizes its whole table (`nn.Embedding` on a U55) reads
+the int8 table instead, and its rows are what the quantize after it gave. A table or a rescale
+would need a Cortex-M kernel or new qparams the NPU flow does not take: they are left, and say why.
 
 Nothing is written unless the folded quantized program gives the unfolded one's outputs bit for bit
 on every verification input, and its lowering passes the value check, each NPU partition's TOSA run
@@ -20,7 +21,7 @@ import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from qlint.analysis.folds import Fold
+from qlint.analysis.folds import Fold, FoldKind
 from qlint.fix.errors import FixError, VerificationError
 from qlint.fix.program import (
     NO_INPUTS,
@@ -45,8 +46,9 @@ if TYPE_CHECKING:
     from qlint.full.rules import Linted
 
 # Why a fold the Cortex-M flow makes is not made on an NPU target.
-NOT_BEFORE_LOWERING = ("on an NPU target only an identity on the int8 values folds (in the quantized program, "
-                       "before partitioning); this {kind} fold needs a Cortex-M kernel or new qparams")
+NOT_BEFORE_LOWERING = ("on an NPU target only an identity on the int8 values or a gather from an int8 table folds "
+                       "(in the quantized program, before partitioning); this {kind} fold needs a Cortex-M kernel "
+                       "or new qparams")
 
 
 def folded_quantized(program: Any, linted: Linted, folds: Sequence[Fold], example: tuple[Any, ...]) -> Any:
@@ -63,7 +65,12 @@ def folded_quantized(program: Any, linted: Linted, folds: Sequence[Fold], exampl
     nodes = {n.name: n for n in folded.graph.nodes}
     for fold in folds:
         assert fold.dq is not None
-        read = input_node(nodes[view.as_quantized(fold.dq).name])
+        dq = nodes[view.as_quantized(fold.dq).name]
+        read = input_node(dq)
+        if fold.kind == FoldKind.GATHER:  # the gather selects from the int8 table; its rows are what the quantize gave
+            gather = nodes[view.as_quantized(fold.anchor).name]
+            gather.replace_input_with(dq, read)
+            read = gather
         for out in fold.outputs:
             nodes[view.as_quantized(out).name].replace_all_uses_with(read)
     folded.graph.eliminate_dead_code()

@@ -4,7 +4,7 @@ support checks did not delegate them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from torch.fx import Node
@@ -27,12 +27,13 @@ NO_REASONS = "a .pte does not record why the partitioner left it; check the .pt2
 
 
 def fallback_findings(view: GraphView, split: Partitions, delegation: Delegation,
-                      make: MakeFinding, cost: ProgramCost | None = None) -> list[Finding]:
+                      make: MakeFinding, cost: ProgramCost | None = None,
+                      fixable: Collection[Node] = ()) -> list[Finding]:
     """One finding per op the NPU does not run that computes on the CPU in float, and per op on the CPU
     that splits a partition, integer compute or data movement (`split`: the partitions of `view`),
-    priced with `cost`."""
-    return [_priced(_finding(make, delegation, fallback, split.count, _graph_nodes(view, fallback)),
-                    view, fallback, delegation, cost)
+    priced with `cost`; those in `fixable` have a fold `--fix` makes."""
+    return [_priced(_finding(make, delegation, fallback, split.count, _graph_nodes(view, fallback),
+                             fallback.node in fixable), view, fallback, delegation, cost)
             for fallback in split.fallbacks if fallback.float or fallback.splits]
 
 
@@ -98,7 +99,7 @@ def why_on_cpu(node: Node, delegation: Delegation) -> tuple[list[str], str]:
 
 
 def _finding(make: MakeFinding, delegation: Delegation, fallback: Fallback, count: int,
-             graph_nodes: dict[str, int]) -> Finding:
+             graph_nodes: dict[str, int], fixable: bool) -> Finding:
     node = fallback.node
     dtype = str(output_dtype(node)).removeprefix("torch.")
     said, why = why_on_cpu(node, delegation)
@@ -110,7 +111,7 @@ def _finding(make: MakeFinding, delegation: Delegation, fallback: Fallback, coun
         splits=fallback.splits, causes=said,
         reasons=[{"check": r.check, "reason": r.reason} for r in delegation.rejections.get(node.name, ())],
         graph_nodes=graph_nodes)
-    return make(Code.NPU_FALLBACK, message, (node,), **details)
+    return make(Code.NPU_FALLBACK, message, (node,), fixable, **details)
 
 
 def miswired_calls(split: Partitions, delegation: Delegation, make: MakeFinding) -> list[Finding]:

@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 from torch.fx import Node
 
 from qlint.analysis.causes import cause_of
-from qlint.analysis.folds import Fold, Left, plan_region
+from qlint.analysis.folds import Fold, Left, plan_gather, plan_region
 from qlint.analysis.islands import (
     Coverage,
     constant_fp32,
@@ -112,6 +112,15 @@ class Context:
     def coverage(self) -> Coverage:
         """For QL005 and the summary row alike: with an NPU, the share of the compute it runs."""
         return coverage(self.view, None if self.delegation is None else self.delegation.npu_ops)
+
+    @cached_property
+    def gathers(self) -> dict[Node, Fold | Left]:
+        """On an NPU target, each gather on the CPU that dequantizes its whole int8 table, and how it
+        folds (`plan_gather`): QL010 says it is fixable, `--fix` makes the fold before partitioning."""
+        if self.delegation is None:
+            return {}
+        found = ((f.node, plan_gather(self.view, f.node)) for f in self.partitions.fallbacks)
+        return {node: plan for node, plan in found if plan is not None}
 
     def plan(self, region: Region) -> Fold | Left:
         if region not in self.plans:
@@ -429,8 +438,9 @@ def npu_fallback(context: Context) -> list[Finding]:
     """QL010 on a program lowered for an Ethos-U (`qlint.full.npu`)."""
     if context.delegation is None or context.failure is not None:
         return []
+    fixable = {node for node, plan in context.gathers.items() if isinstance(plan, Fold)}
     return fallback_findings(context.view, context.partitions, context.delegation, context.factory.finding,
-                             context.cost)
+                             context.cost, fixable)
 
 
 def npu_unchecked(context: Context, delegation: Delegation) -> Finding:
@@ -604,8 +614,8 @@ def run_rules(
         cpu_cycles=cost.cpu_cycles if cost and delegation else None,
         npu_nodes=npu_nodes(view, context.partitions) if delegation else {},
     )
-    return Linted(findings, stats, analysis, [context.plan(r) for r in analysis.regions], failure,
-                  delegation=delegation)
+    return Linted(findings, stats, analysis, [*(context.plan(r) for r in analysis.regions), *context.gathers.values()],
+                  failure, delegation=delegation)
 
 
 def npu_partitions(delegation: Delegation) -> tuple[NpuPartition, ...]:

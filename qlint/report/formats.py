@@ -168,7 +168,7 @@ def fix_lines(fix: FixSummary) -> list[str]:
     elif fix.output:
         head += f" -> {fix.output} ({fix.pte_bytes} bytes, verified bit-exact on {fix.verified_inputs} inputs)"
     lines = [head]
-    islands = _tally(fix, (Code.CONSTANT_SCALE_ISLAND, Code.FP32_ISLAND))
+    islands = _tally(fix, (Code.CONSTANT_SCALE_ISLAND, Code.FP32_ISLAND, Code.NPU_FALLBACK))  # QL010: an NPU's
     lines.append(f"  islands: {fix.islands_found} found, {islands[0]} {verb}, {islands[1]} left")
     constants = _tally(fix, (Code.CONSTANT_SUBGRAPH,))
     if any(constants):

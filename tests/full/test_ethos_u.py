@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from conftest import ROOT
 
 from qlint.full.lint import lint_program
@@ -391,6 +392,51 @@ def test_fix_folds_the_float_scale_before_partitioning_and_the_partitions_merge(
     shipped = lint_pte(result.pte, "attention.pte", config)
     assert shipped.stats[0].partitions == 1 and not [f for f in shipped.findings if f.code == "QL010"]
     assert any("div" in str(n.target) for n in program.graph.nodes)  # the input program is left as it was
+
+
+@pytest.mark.model("make_embedding@npu")
+def test_fix_makes_an_embedding_on_u55_gather_its_int8_table(quantized: Any) -> None:
+    from qlint.fix.apply import fix_program
+    from qlint.loading.inputs import sample_inputs, verification_inputs
+    from qlint.report.formats import fix_lines
+
+    program = quantized("make_embedding", npu=U55)
+    config = replace(Config(root=ROOT), npu=npu(U55))
+    before = lint_program(program, "embedding", config)
+    [gather] = fallbacks(before)
+    assert gather.fixable and gather.details["op"] == "aten.index_select.default"
+    result = fix_program(program, "embedding", config, verification_inputs(sample_inputs(program)))
+    summary = result.summary
+    [fold] = summary.folds
+    assert (fold.code, fold.kind, fold.node) == ("QL010", "gather", "aten_index_select_default")
+    assert "cortex_m.dequantize_per_tensor.default (3,200 elements a call)" in fold.change  # the 100x32 table
+    assert "  islands: 1 found, 1 folded, 0 left" in fix_lines(summary)  # the fallback is the NPU's island
+    # the CPU no longer dequantizes the table every inference: nothing float is left, the gather reads int8
+    assert summary.fp32_elements == (3456, 0) and summary.partitions == (1, 1)
+    gathers = [n for n in result.program.graph.nodes if "index_select" in str(n.target)]
+    assert [n.meta["val"].dtype for n in gathers] == [torch.int8]
+    [kept] = [n for n in program.graph.nodes if "index_select" in str(n.target)]
+    assert "dequantize" in str(kept.args[0].target)  # the input program is left as it was
+    assert [f.code for f in result.findings if f.code in ("QL007", "QL010")] == []
+    assert result.stats.npu_cycles == before.stats.npu_cycles  # the partition is the same
+    assert result.stats.cpu_cycles < before.stats.cpu_cycles / 5
+
+
+@pytest.mark.model("make_embedding@npu")
+def test_a_gather_whose_quantize_changes_the_table_values_is_left_with_the_count(quantized: Any) -> None:
+    from qlint.analysis.folds import Left, plan_gather
+
+    before = lint(quantized, "make_embedding", U55)
+    view = before.analysis.view
+    [gather] = [n for n in view.nodes if "index_select" in str(n.target)]
+    [q] = gather.users
+    scale = q.args[1]
+    q.args = (q.args[0], scale * 2, *q.args[2:])  # the rows requantized at twice the table's scale
+    left = plan_gather(view, gather)
+    assert isinstance(left, Left) and left.code == "QL010"
+    # at half the resolution q = round((v + 1) / 2) - 1 (zero point -1): only v = -1 maps to itself
+    assert left.reason.startswith(f"the quantize after it, int8(scale={scale * 2:.6g}, zp=-1, range=[-128, 127]), "
+                                  "changes 255 of 256 table values")
 
 
 @pytest.mark.model("make_attention@npu")

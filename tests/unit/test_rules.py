@@ -15,7 +15,7 @@ def test_fix_applicability_is_the_tables() -> None:
         "QL005": (Applicability.NONE, Availability.NONE), "QL006": (Applicability.NONE, Availability.NONE),
         "QL007": (Applicability.SAFE, Availability.SOMETIMES),
         "QL008": (Applicability.SAFE, Availability.SOMETIMES),
-        "QL009": (Applicability.NONE, Availability.NONE), "QL010": (Applicability.NONE, Availability.NONE),
+        "QL009": (Applicability.NONE, Availability.NONE), "QL010": (Applicability.SAFE, Availability.SOMETIMES),
     }
     assert catalog["QL001"].fix_text == "safe, sometimes available" and catalog["QL005"].fix_text == "none"
     assert "Fix: safe, sometimes available." in render_rule(catalog["QL001"])
