@@ -67,6 +67,8 @@ class ProgramCost:
     ops: list[OpCost] = field(default_factory=list)
     runs: int = 0   # 0: estimated; else the median of this many measured runs (`qlint.device.profile`)
     unpriced: tuple[str, ...] = ()  # delegate calls with no estimate: the inference's time is unknown
+    # measured: each delegate call's NPU run, on the core's clock, where the Ethos-U backend recorded one
+    npu_runs: dict[str, int] = field(default_factory=dict)
 
     # Every figure is a sum of whole cycles an op, so an island's, its nodes' and the program's add up.
     @property
@@ -78,9 +80,11 @@ class ProgramCost:
         return sum(round(o.cycles) for o in self.ops if o.fp32)
 
     @property
-    def npu_cycles(self) -> int:
-        """The NPU's cycles, on its own clock: Vela's estimates of the delegate calls."""
-        return sum(o.work for o in self.ops if o.npu)
+    def npu_cycles(self) -> int | None:
+        """The NPU's cycles, on its own clock: Vela's estimates of the delegate calls; None when a call has
+        none (a `.pte`'s, measured by a profile on the core's clock alone)."""
+        calls = [o for o in self.ops if o.npu]
+        return None if any(o.unit != NPU_CYCLE for o in calls) else sum(o.work for o in calls)
 
     @property
     def cpu_cycles(self) -> int:
@@ -309,10 +313,14 @@ def _is_float_tensor(node: Node) -> bool:
     return tensor is not None and tensor.is_floating_point()
 
 
+# The unit of a delegate call's work when Vela estimated it: cycles on the NPU's clock.
+NPU_CYCLE = "NPU cycle"
+
+
 def npu_op(node: Node, npu: NpuEstimate, core: Core) -> OpCost:
     """A delegate call priced at Vela's estimate for its partition, on the core's clock."""
     on_core = npu.cycles * core.clock_hz / npu.clock_hz if core.clock_hz and npu.clock_hz else npu.cycles
-    return OpCost(node.name, op_name(node), npu.cycles, "NPU cycle", on_core, False, npu=True)
+    return OpCost(node.name, op_name(node), npu.cycles, NPU_CYCLE, on_core, False, npu=True)
 
 
 def estimate(view: GraphView, core: Core, npu: Mapping[str, NpuEstimate] | None = None) -> ProgramCost:
@@ -338,11 +346,15 @@ def estimate(view: GraphView, core: Core, npu: Mapping[str, NpuEstimate] | None 
 def compare(estimate: ProgramCost, measured: ProgramCost) -> tuple[ProfileRow, ...]:
     """Per operator: calls, estimated and measured cycles, costliest measured first."""
     rows: dict[str, list[int]] = {}
+    npu: dict[str, int] = {}
     estimated = {o.node: round(o.cycles) for o in estimate.ops}
     for op in measured.ops:
-        row = rows.setdefault(base_name(op.op) + (" (fp32)" if op.fp32 else ""), [0, 0, 0])
+        name = base_name(op.op) + (" (fp32)" if op.fp32 else "")
+        row = rows.setdefault(name, [0, 0, 0])
         row[0] += 1
         row[1] += estimated.get(op.node, 0)
         row[2] += round(op.cycles)
-    return tuple(ProfileRow(op, calls, est, got) for op, (calls, est, got)
+        if op.node in measured.npu_runs:
+            npu[name] = npu.get(name, 0) + measured.npu_runs[op.node]
+    return tuple(ProfileRow(op, calls, est, got, npu.get(op)) for op, (calls, est, got)
                  in sorted(rows.items(), key=lambda item: (-item[1][2], item[0])))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from torch.fx import Node
@@ -31,11 +31,19 @@ from torch.fx import Node
 from qlint.device.cost import OpCost, ProgramCost
 from qlint.io.limits import Limits
 from qlint.io.reads import ReadError
-from qlint.loading.view import GraphView, base_name, op_name
+from qlint.loading.view import DELEGATE_CALL, GraphView, base_name, op_name
 from qlint.settings.sizes import MAX_AMOUNT
 
 # The event each instruction kind records (`Method::execute_instruction`): what the plan must hold there.
-INSTRUCTION_EVENTS = {"OPERATOR_CALL": "KernelCall", "MOVE_CALL": "MoveCall", "FREE_CALL": "FreeCall"}
+INSTRUCTION_EVENTS = {"OPERATOR_CALL": "KernelCall", "MOVE_CALL": "MoveCall", "FREE_CALL": "FreeCall",
+                      "DELEGATE_CALL": "DelegateCall"}
+# What ExecuTorch's Ethos-U backend records inside a delegate call (`EthosUBackend::execute`,
+# backends/arm/runtime/EthosUBackend.cpp), on the call's own chain and instruction: the whole call, and
+# its steps, named `+EthosUBackend::execute()<step>` (copying each input, reading the command stream,
+# the NPU's run), each within the call's DELEGATE_CALL event.
+BACKEND_EVENT = "EthosUBackend::execute()"
+# The step that runs the command stream: the core waits on the NPU (`platform_execute`) for its length.
+NPU_EVENT = "+EthosUBackend::execute()NPU"
 # The DWT/PMU cycle counter a Cortex-M runner reads is 32 bits wide: an event that spans its wrap
 # ends at a smaller count than it started, and no event can measure 2**32 cycles or more.
 COUNTER_WRAP = 1 << 32
@@ -58,12 +66,14 @@ class Profile:
     runs: int
     kinds: dict[int, str]     # instruction index -> the event recorded there
     cycles: dict[int, int]    # instruction index -> median cycles
+    npu: dict[int, int] = field(default_factory=dict)  # a delegate call's instruction -> its NPU run's median
 
 
 def read_profile(data: bytes, limits: Limits) -> Profile:
     """The profile in the bytes of an ETDump, or a ReadError saying why not."""
-    runs = [_run(index, events) for index, events in enumerate(_runs(data, limits), start=1)]
-    runs = [r for r in runs if r]  # blocks without instruction events: loading, init
+    read = [_run(index, events) for index, events in enumerate(_runs(data, limits), start=1)]
+    read = [(found, npu) for found, npu in read if found]  # blocks without instruction events: loading, init
+    runs = [found for found, _ in read]
     if not runs:
         raise ProfileError("no instruction events (OPERATOR_CALL): record it with the runner's event tracer on")
     first = runs[0]
@@ -77,26 +87,35 @@ def read_profile(data: bytes, limits: Limits) -> Profile:
             if name != kinds[i]:
                 raise ProfileMismatch(f"run {number} records {name} at instruction {i}, run 1 {kinds[i]}")
     cycles = {i: int(statistics.median_low(run[i][1] for run in runs)) for i in sorted(first)}
+    npu = {i: int(statistics.median_low(ran.get(i, 0) for _, ran in read)) for i in sorted({*read[0][1]})}
     if sum(cycles.values()) > MAX_AMOUNT:
         raise ProfileError(f"its instructions measure {sum(cycles.values()):,} cycles together, over 2**53: "
                            "no figure compares exactly past it")
-    calls = [cycles[i] for i, name in kinds.items() if name == "OPERATOR_CALL"]
+    calls = [cycles[i] for i, name in kinds.items() if name in ("OPERATOR_CALL", "DELEGATE_CALL")]
     if calls and not any(calls):  # (none at all: not of the program, which `check_profile` says)
         # every kernel takes time: a profile that says none measured nothing, and would pass any budget
         raise ProfileError("every kernel call measures 0 cycles: the runner's timer did not count (a cycle "
                            "counter that is off, or a timer too coarse for one operator)")
-    return Profile(len(runs), kinds, cycles)
+    return Profile(len(runs), kinds, cycles, npu)
 
 
-def _run(number: int, events: Iterable[_Event]) -> dict[int, tuple[str, int]]:
-    """One event block's instruction events: index -> (event name, cycles)."""
+def _run(number: int, events: Iterable[_Event]) -> tuple[dict[int, tuple[str, int]], dict[int, int]]:
+    """One event block's instruction events, index -> (event name, cycles), and the NPU's run within
+    each delegate call that records one (the Ethos-U backend's events, `_backend_event`)."""
     found: dict[int, tuple[str, int]] = {}
+    npu: dict[int, int] = {}
+    inside: dict[int, str] = {}  # an instruction the backend recorded events on -> one of their names
     for event in events:
         if event.chain == -1:  # Method::execute, Method::init: not an instruction
             continue
         name, index = event.name, event.instruction
         if event.chain != 0:
             raise ProfileMismatch(f"run {number} has an event on chain {event.chain}; the program has one chain")
+        if _backend_event(name):
+            inside.setdefault(index, name)
+            if name == NPU_EVENT:
+                npu[index] = npu.get(index, 0) + _elapsed(number, index, event.start, event.end)
+            continue
         if name not in INSTRUCTION_EVENTS:
             raise ProfileMismatch(f"run {number} records {name[:NAME_SHOWN]!r} at instruction {index}; "
                                   f"the program's instructions record {', '.join(INSTRUCTION_EVENTS)}")
@@ -105,7 +124,16 @@ def _run(number: int, events: Iterable[_Event]) -> dict[int, tuple[str, int]]:
         if index in found:
             raise ProfileMismatch(f"run {number} records instruction {index} twice")
         found[index] = (name, _elapsed(number, index, event.start, event.end))
-    return found
+    for index, name in inside.items():
+        if found.get(index, ("",))[0] != "DELEGATE_CALL":
+            raise ProfileMismatch(f"run {number} records the Ethos-U backend's {name[:NAME_SHOWN]!r} at instruction "
+                                  f"{index}, where it records no DELEGATE_CALL")
+    return found, npu
+
+
+def _backend_event(name: str) -> bool:
+    """An event ExecuTorch's Ethos-U backend records inside a delegate call (`BACKEND_EVENT`)."""
+    return name == BACKEND_EVENT or name.startswith("+" + BACKEND_EVENT)
 
 
 def _elapsed(number: int, index: int, start: int, end: int) -> int:
@@ -136,13 +164,14 @@ def check_profile(profile: Profile, steps: list[str], program: str = "the progra
             what = steps[index] if kind == "KernelCall" else f"a {kind}"
             raise ProfileMismatch(f"instruction {index} is {what} in {program}; the profile records {name} there")
     for index, step in enumerate(steps):
-        if _kind(step) == "KernelCall" and index not in profile.kinds:
-            raise ProfileMismatch(f"instruction {index} ({step}) has no OPERATOR_CALL event: "
+        if _kind(step) in ("KernelCall", "DelegateCall") and index not in profile.kinds:
+            event = "DELEGATE_CALL" if _kind(step) == "DelegateCall" else "OPERATOR_CALL"
+            raise ProfileMismatch(f"instruction {index} ({step}) has no {event} event: "
                                   f"the profile is not of {program}, or the runner's event buffer was full")
 
 
 def _kind(step: str) -> str:
-    return step if step in ("MoveCall", "FreeCall") else "KernelCall"
+    return step if step in ("MoveCall", "FreeCall", "DelegateCall") else "KernelCall"
 
 
 def measured_cost(view: GraphView, steps: list[str], profile: Profile, plan: str,
@@ -165,6 +194,8 @@ def _priced(estimate: ProgramCost, profile: Profile, instructions: dict[Node, li
     for node, indices in instructions.items():
         before = estimated.get(node.name) or _unpriced(node)
         cost.ops.append(replace(before, cycles=float(sum(profile.cycles[i] for i in indices))))
+        if any(i in profile.npu for i in indices):
+            cost.npu_runs[node.name] = sum(profile.npu.get(i, 0) for i in indices)
     for index in unplaced:
         cost.ops.append(OpCost(f"instruction {index}", UNPLACED, 0, "element", float(profile.cycles[index]), False))
     return cost
@@ -233,6 +264,10 @@ def check_record(record: Record, steps: list[str], pte: str) -> None:
     """Refuse an ETRecord that is not of the `.pte` `pte` whose instructions are `steps` (`check_profile`):
     it maps debug handles to an instruction that is no kernel call there, or whose operator none of
     the handles' nodes calls."""
+    if "DelegateCall" in steps:  # a partition's handles name its nodes inside the delegate, not the .pt2's
+        raise ProfileError(f"{pte}, the .pte written with it, calls NPU delegates: through an ETRecord a profile is "
+                           "placed on the .pt2's nodes, and a partition is not one of them; check that .pte itself "
+                           "with --profile")
     for index, handles in sorted(record.handles.items()):
         if index >= len(steps) or _kind(steps[index]) != "KernelCall":
             what = f"past the {len(steps)} instructions" if index >= len(steps) else f"a {steps[index]}"
@@ -328,8 +363,10 @@ def _instruction_nodes(view: GraphView, plan: str) -> dict[int, Node]:
 
 
 def _unpriced(node: Node) -> OpCost:
-    """A kernel call the estimate prices at nothing (an alias, work the model skips): the device ran it."""
-    return OpCost(node.name, op_name(node), 0, "element", 0.0, False)
+    """A kernel call the estimate prices at nothing (an alias, work the model skips), or a delegate call
+    with no estimate (a `.pte`'s): the device ran it."""
+    delegated = op_name(node) == DELEGATE_CALL
+    return OpCost(node.name, op_name(node), 0, "call" if delegated else "element", 0.0, False, npu=delegated)
 
 
 # The reader: ExecuTorch's ETDump schema, read from the flatbuffer as any flatbuffers reader does.

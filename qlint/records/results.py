@@ -71,6 +71,7 @@ class ProfileRow:
     calls: int
     estimated: int
     measured: int
+    npu: int | None = None  # delegate calls: the NPU's runs within the measured cycles (the Ethos-U backend's event)
 
     @property
     def ratio(self) -> float | None:

@@ -292,8 +292,10 @@ def profile_lines(stats: ArtifactStats) -> list[str]:
                  f"{(stats.cycles or 0) / total:.2f}x" if comparable else "-"])
     table = tabulate(rows, headers=["operator", "calls", "estimated cycles", "measured cycles", "measured/estimated"],
                      tablefmt="simple", disable_numparse=True, colalign=("left", "right", "right", "right", "right"))
+    npu = [f"  {row.op}: the NPU's runs took {row.npu:,} of its {row.measured:,} cycles (the Ethos-U backend's "
+           "NPU event); the rest copied the inputs and ran the backend" for row in stats.profile if row.npu is not None]
     return [f"{stats.artifact}: measured on the device (median of {runs}) beside the estimate for {stats.core}:",
-            *("  " + line for line in table.splitlines())]
+            *("  " + line for line in table.splitlines()), *npu]
 
 
 def summary_table(report: Report, fmt: str = "simple", name: Callable[[str], str] = printable) -> str:
