@@ -149,7 +149,8 @@ def profile_comparison(report: Report, suffix: str) -> str:
     estimate beside the measured cycles, for an issue report on the cost model."""
     rows = [{"artifact": s.artifact, "core": s.core, "runs": s.measured_runs, "operator": r.op, "calls": r.calls,
              "estimated_cycles": r.estimated, "measured_cycles": r.measured,
-             "measured_over_estimated": None if r.ratio is None else round(r.ratio, 4)}
+             "measured_over_estimated": None if r.ratio is None else round(r.ratio, 4),
+             "npu_run_cycles": r.npu}  # delegate calls: the NPU's run within them (the Ethos-U backend's event)
             for s in report.stats for r in s.profile]
     if suffix == ".json":
         return json.dumps({"schema": 1, "rows": rows}, indent=2) + "\n"

@@ -73,8 +73,9 @@ def test_a_profile_prices_the_delegate_calls_a_pte_alone_cannot(
     assert plain["artifacts"][0]["cycles"] is None  # a .pte holds no estimate of its partitions
     profile = tmp_path / "run.etdump"
     profile.write_bytes(etdump(runs_of(kinds, 3)))
+    comparison = tmp_path / "comparison.json"
     code, report = run_json(["check", str(pte), "--board", "alif-e7-dk-he-u55", "--profile", str(profile),
-                             "--output-format", "json"], capsys)
+                             "--write", f"profile-comparison:{comparison}", "--output-format", "json"], capsys)
     [stats] = report["artifacts"]
     delegate_call = [COPY + NPU_RUN + 100 + BACKEND]  # the median run's
     kernels = [1_000 + 10 * i for i, kind in enumerate(kinds) if kind == "KernelCall"]
@@ -84,6 +85,8 @@ def test_a_profile_prices_the_delegate_calls_a_pte_alone_cannot(
     assert (row["calls"], row["estimated"], row["measured"], row["npu"]) == (
         3, 0, 3 * delegate_call[0], 3 * (NPU_RUN + 100))
     assert stats["npu_cycles"] is None and stats["cpu_cycles"] == sum(kernels)
+    [written] = [r for r in json.loads(comparison.read_text())["rows"] if r["operator"] == "executorch_call_delegate"]
+    assert (written["measured_cycles"], written["npu_run_cycles"]) == (row["measured"], row["npu"])
     code, out, _ = run_cli(["check", str(pte), "--profile", str(profile)], capsys)
     assert (f"  executorch_call_delegate: the NPU's runs took {3 * (NPU_RUN + 100):,} of its "
             f"{3 * delegate_call[0]:,} cycles") in out
@@ -121,3 +124,23 @@ def test_a_delegate_call_profile_of_another_program_is_refused_in_one_line(
     [row] = [r for r in report["artifacts"][0]["profile"] if r["op"] == "executorch_call_delegate"]
     assert row["npu"] is None and row["measured"] == 3 * (COPY + NPU_RUN + BACKEND)
     assert json.dumps(report["errors"]) == "[]"
+
+
+@pytest.mark.model("make_conv_hardswish@npu")
+def test_through_an_etrecord_a_delegated_programs_profile_is_refused_in_one_line(
+        quantized: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    pt2 = tmp_path / "conv.pt2"
+    torch.export.save(quantized("make_conv_hardswish", npu=U55), str(pt2))
+    code, _, _ = run_cli(["check", str(pt2), "--target", U55, "--fix", "--output-dir", str(tmp_path / "out")], capsys)
+    fixed = tmp_path / "out" / "conv.pte"
+    assert code in (0, 1) and fixed.exists() and fixed.with_suffix(".etrecord").exists()
+    profile = tmp_path / "run.etdump"
+    profile.write_bytes(etdump(runs_of(instructions(fixed), 1)))
+    code, _, err = run_cli(["check", str(pt2), "--target", U55, "--profile", str(profile),
+                            "--etrecord", str(fixed.with_suffix(".etrecord"))], capsys)
+    [line] = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and line.endswith(
+        "the .pte written with it, calls NPU delegates: through an ETRecord a profile is placed on the .pt2's nodes, "
+        "and a partition is not one of them; check that .pte itself with --profile"), line

@@ -195,7 +195,7 @@ def test_an_islands_cycles_are_its_ops_events_and_every_figure_says_measured(
     assert {row["op"].removesuffix(" (fp32)"): (row["calls"], row["measured"]) for row in stats["profile"]} == expected
     rows = comparison.read_text().splitlines()
     assert rows[0] == ("artifact,core,runs,operator,calls,estimated_cycles,measured_cycles,"
-                       "measured_over_estimated")
+                       "measured_over_estimated,npu_run_cycles")
     assert len(rows) == 1 + len(stats["profile"])
     written = json.loads(metrics.read_text())["artifacts"][str(pte)]
     assert written["cycles"] == stats["cycles"] and written["cycles_measured_runs"] == 1
