@@ -75,6 +75,29 @@ def make_roberta_masked() -> tuple:
     return Masked(RobertaModel(config, add_pooling_layer=False)), batches[0], batches
 
 
+class TokenIds(torch.nn.Module):
+    """The model called with token ids, as a tokenizer gives them: its word embedding looks them up."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model.eval()
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids).last_hidden_state
+
+
+def make_distilbert_tokens() -> tuple:
+    """DistilBERT from token ids (not in ZOO: its embedding is what an NPU target's gather fold is for)."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    torch.manual_seed(0)
+    config = DistilBertConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, hidden_dim=64,
+                              max_position_embeddings=16, attn_implementation="eager")
+    generator = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 64, (1, 8), generator=generator),) for _ in range(2)]
+    return TokenIds(DistilBertModel(config)), batches[0], batches
+
+
 def make_vit() -> tuple:
     from transformers import ViTConfig, ViTModel
 
