@@ -96,6 +96,20 @@ class ConvLayerNorm(nn.Module):
         return self.linear(self.norm(self.conv(x).flatten(2).transpose(1, 2)))
 
 
+class TokensAndHead(nn.Module):
+    """`ConvLayerNorm` over 4x4 positions, then the tokens' mean through a second LayerNorm and a linear
+    layer: a LayerNorm over many elements and one over a single vector, each placed on its own."""
+
+    def __init__(self, channels: int = 32) -> None:
+        super().__init__()
+        self.tokens = ConvLayerNorm(channels)
+        self.head_norm = nn.LayerNorm(channels)
+        self.head = nn.Linear(channels, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.head_norm(self.tokens(x).mean(1)))
+
+
 def make_attention() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[tuple[torch.Tensor, ...]]]:
     torch.manual_seed(0)
     return Attention().eval(), (torch.randn(1, 16, 32),), _batches((1, 16, 32))
@@ -136,6 +150,11 @@ def make_conv_layernorm() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[tup
 def make_head_layernorm() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[tuple[torch.Tensor, ...]]]:
     torch.manual_seed(0)
     return ConvLayerNorm(64).eval(), (torch.randn(1, 16, 1, 1),), _batches((1, 16, 1, 1))
+
+
+def make_tokens_and_head() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[tuple[torch.Tensor, ...]]]:
+    torch.manual_seed(0)
+    return TokensAndHead().eval(), (torch.randn(1, 16, 4, 4),), _batches((1, 16, 4, 4))
 
 
 # The ops a user left in float, by factory: `make_attention` with its scale left float is the

@@ -9,6 +9,7 @@ to run, so three ratios are printed: of the median wall times, of the fastest
 runs (the least disturbed, timeit's rule) and of the median CPU seconds.
 
     python scripts/benchmark.py [--pt2 FILE] [--repeat 3] [--target]
+    python scripts/benchmark.py --npu ethos-u55-128 [--repeat 3]
 
 `qlint check --static` (the torch-free tier) is timed against the full check,
 whole processes both, with `qlint --version` as the floor of any qlint process.
@@ -20,11 +21,18 @@ lowering, to_executorch; and the `qlint-targets` hook's check, cold and after a
 commit that touched only an unrelated `.py` file (answered from the cache).
 Without --pt2 the SAM TwoWayTransformer (segment-anything==1.0) is quantized
 and saved to a temporary folder first.
+
+With --npu, the attention of examples/npu.py with its `/ sqrt(d)` left float (2
+partitions) is quantized for that Ethos-U as Arm's flow does, and `qlint check
+--target` and `--fix` are timed against Arm's own flow on the same `.pt2`:
+`to_edge_transform_and_lower` with `EthosUPartitioner` (Vela compiling each
+partition), the cortex_m quantize/dequantize pass, and for `--fix` `to_executorch`.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import resource
 import shutil
 import statistics
@@ -63,6 +71,25 @@ if len(sys.argv) > 2:
     open(sys.argv[2], "wb").write(manager.to_executorch().buffer)
 """
 
+# Arm's flow on a `.pt2` quantized for an Ethos-U: partitioned and lowered (Vela compiles each
+# partition), then the cortex_m quantize/dequantize kernels for what stays on the CPU.
+NPU_FLOW = """
+import sys
+import torch
+import torchao.quantization.pt2e.quantize_pt2e  # registers quantized_decomposed ops for load
+from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
+from executorch.backends.cortex_m.passes.replace_quant_nodes_pass import ReplaceQuantNodesPass
+from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+ep = torch.export.load(sys.argv[1])
+spec = EthosUCompileSpec(sys.argv[2])
+edge = to_edge_transform_and_lower(ep, partitioner=[EthosUPartitioner(spec)],
+                                   compile_config=EdgeCompileConfig(_check_ir_validity=False))
+edge = edge.transform([ReplaceQuantNodesPass()])
+if len(sys.argv) > 3:
+    open(sys.argv[3], "wb").write(edge.to_executorch().buffer)
+"""
+
 # A target's whole plain flow: the factory, export + quantize, to_edge + the passes, to_executorch.
 TARGET_FLOW = """
 import sys
@@ -97,6 +124,53 @@ def make_sam_pt2(folder: Path) -> Path:
     return path
 
 
+def make_npu_pt2(folder: Path, accelerator: str) -> Path:
+    """The attention with its scale left float, quantized for `accelerator` as Arm's flow does."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from examples.npu import FLOAT_OPS, make_attention
+    from qlint.loading import ethos_u
+    from qlint.loading.quantize import export_float, quantize_graph
+    from qlint.settings.npus import npu
+
+    model, example, calibration = make_attention()
+    quantizer = ethos_u.quantizer(npu(accelerator))
+    for name in FLOAT_OPS["make_attention"]:
+        quantizer.set_node_target(functools.reduce(getattr, name.split("."), torch.ops), None)
+    path = folder / "attention_npu.pt2"
+    torch.export.save(quantize_graph(export_float(model, example), example, calibration, quantizer), str(path))
+    return path
+
+
+def npu_main(accelerator: str, repeat: int) -> None:
+    """`qlint check --target` and `--fix` against Arm's flow on the same `.pt2`, as the CPU flow's are."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        pt2 = make_npu_pt2(out, accelerator)
+        commands = {
+            "Arm flow": [sys.executable, "-c", NPU_FLOW, str(pt2), accelerator],
+            "qlint check": [*QLINT, "check", "--no-cache", "--quiet", "--target", accelerator, str(pt2)],
+            "Arm flow + .pte": [sys.executable, "-c", NPU_FLOW, str(pt2), accelerator, str(out / "arm.pte")],
+            "qlint --fix": [*QLINT, "check", "--fix", "--quiet", "--target", accelerator, "--output-dir", str(out),
+                            str(pt2)],
+        }
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(repeat):
+            for name, command in commands.items():
+                times[name].append(timed(command, cpu[name]))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    print(f"artifact: {pt2.name} for {accelerator}, median of {repeat} runs each")
+    for name, values in times.items():
+        print(f"  {name:16s} {median[name]:6.2f} s   ({', '.join(f'{t:.2f}' for t in values)}), "
+              f"{statistics.median(cpu[name]):.2f} s CPU")
+    for ours, theirs in (("qlint check", "Arm flow"), ("qlint --fix", "Arm flow + .pte")):
+        print(f"{ours} ratio: {median[ours] / median[theirs]:.3f}x wall (median), "
+              f"{min(times[ours]) / min(times[theirs]):.3f}x wall (fastest runs), "
+              f"{statistics.median(cpu[ours]) / statistics.median(cpu[theirs]):.3f}x CPU")
+
+
 def timed(command: list[str], cpu: list[float] | None = None) -> float:
     """Wall seconds of one fresh process; its CPU seconds (user + system) go to `cpu`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -117,7 +191,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--target", action="store_true",
                         help="also time `qlint fix` (plain and --unsafe-fixes) on SAM as a config target")
+    parser.add_argument("--npu", metavar="ACCELERATOR",
+                        help="time the NPU check and fix against Arm's Ethos-U flow instead (ethos-u55-128)")
     args = parser.parse_args()
+    if args.npu:
+        npu_main(args.npu, args.repeat)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         pt2 = args.pt2 or make_sam_pt2(Path(tmp))
         out = Path(tmp)

@@ -51,7 +51,7 @@ def lint_program(program: Any, artifact: str, config: Config, options: RunOption
     except LoweringError as exc:
         return run_rules(GraphView(program), artifact, config, failure=exc, verbose=options.verbose)
     view = GraphView(lowered, quantized=program)
-    if delegation is not None and config.npu is not None:
+    if delegation is not None and config.npu is not None and options.split_costs:
         delegation = _compiled_both_ways(program, view, delegation, config.npu)
     linted = run_rules(view, artifact, config, verbose=options.verbose, values_verified=values_verified,
                        npu_inputs=npu_inputs,

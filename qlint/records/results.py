@@ -425,6 +425,7 @@ class SiteMeasurement:
     site: str        # the user's name for it (the module's path in the model), else the graph node's
     sqnr_db: float   # of the build with the remedy at this site only (NaN when that build failed)
     failed: str = ""  # why that build failed
+    cycles: int | None = None  # a placement's (an NPU target): the inference's estimated cycles with it there
 
 
 @dataclass(frozen=True)
@@ -435,7 +436,7 @@ class RemedyOutcome:
     measured: Measurement | None = None
     user_change: tuple[str, ...] = ()
     io: ProgramIO | None = None      # int8-io: what the application feeds and reads
-    sites: tuple[SiteMeasurement, ...] = ()  # refused, with several sites: each alone, worst first
+    sites: tuple[SiteMeasurement, ...] = ()  # refused or placed, with several sites: each alone
 
 
 @dataclass

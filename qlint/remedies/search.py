@@ -44,6 +44,7 @@ from qlint.records.results import (
 )
 from qlint.remedies.all_remedies import REMEDIES
 from qlint.remedies.int8_io import feed, read
+from qlint.remedies.layernorm_placement import LayerNormPlacement
 from qlint.remedies.remedy import (
     Build,
     Remedy,
@@ -54,6 +55,7 @@ from qlint.remedies.remedy import (
     apply_to_quantizer,
 )
 from qlint.settings.config import Config, RemedyName
+from qlint.settings.options import RunOptions
 
 SQNR_SEEDS = 4  # seeded batches added to the calibration batches for the SQNR
 SQNR_FIRST_SEED = 1000  # past the verification's seeds (0..VERIFY_SEEDS): the two sets never share a batch
@@ -136,8 +138,8 @@ def measure(program: Any, config: Config, artifact: str, verify: Sequence[tuple[
     a better fold (an identity instead of a table) shows it. `verify` and `batches`
     are as the program takes them; its integer outputs are read back through `io`.
     """
-    try:
-        fixed = fix_program(program, artifact, config, verify)
+    try:  # the placements are priced here, build against build: no fallback is compiled the other way
+        fixed = fix_program(program, artifact, config, verify, RunOptions(split_costs=False))
     except (FixError, VerificationError) as exc:
         raise RemedyError(str(exc)) from None
     lowered = fixed.program
@@ -172,8 +174,8 @@ def _gains(before: Measurement, after: Measurement) -> list[str]:
     """What improved, in words; empty when nothing did. On an NPU target (a build with partitions) the
     inference's estimated time is one: placing an op trades the NPU's cycles against the CPU's."""
     gains = []
-    if before.partitions is not None and None not in (before.cycles, after.cycles) \
-            and after.cycles < before.cycles:  # type: ignore[operator]
+    if before.partitions is not None and before.cycles is not None and after.cycles is not None \
+            and after.cycles < before.cycles:
         gains.append(f"est. cycles {before.cycles:,} -> {after.cycles:,}")
     if after.coverage > before.coverage:
         gains.append(f"int8 coverage {before.coverage:.0%} -> {after.coverage:.0%}")
@@ -263,6 +265,59 @@ def _refused_or_partly_kept(
                          measured), None
 
 
+# Each LayerNorm placed alone is a build and a lowering: past this many, the rest stay where Arm's
+# quantizer puts them (on the NPU), and the report says so.
+MOST_PLACED = 8
+
+
+def _placed(remedy: LayerNormPlacement, baseline: Measurement, float_graph: Any, build: Build, config: Config,
+            artifact: str, batches: Sequence[tuple[Any, ...]],
+            reference: Sequence[torch.Tensor]) -> tuple[RemedyOutcome, tuple[Remedy, _Candidate] | None]:
+    """Each LayerNorm placed on the CPU alone, priced against the plain build (on the NPU); those that
+    make the inference cheaper within the guard are placed there together, and kept if that build is
+    cheaper too. One LayerNorm is one build; several are each built alone, then together."""
+    sites = remedy.sites(float_graph)
+    guard = config.remedy_max_sqnr_drop_db
+
+    def cheaper(m: Measurement) -> bool:
+        return m.cycles is not None and baseline.cycles is not None and m.cycles < baseline.cycles \
+            and sqnr_drop(baseline, m) <= guard
+
+    if len(sites) == 1:
+        only = _built(build, [remedy], config, artifact, batches, reference)
+        if not cheaper(only.measured):
+            return RemedyOutcome(remedy.name, RemedyStatus.SKIPPED, "did not help: the NPU is cheaper", only.measured,
+                                 remedy.user_lines(), only.io), None
+        return (RemedyOutcome(remedy.name, RemedyStatus.KEPT, "; ".join(_gains(baseline, only.measured)),
+                              only.measured, remedy.user_lines(), only.io), (remedy, only))
+    alone: list[SiteMeasurement] = []
+    chosen: set[str] = set()
+    for site in sites[:MOST_PLACED]:
+        try:
+            measured = _built(build, [remedy.placed(frozenset({site}))], config, artifact, batches, reference).measured
+        except RemedyError as exc:
+            alone.append(SiteMeasurement(site, math.nan, str(exc)))
+            continue
+        alone.append(SiteMeasurement(site, measured.sqnr_db, cycles=measured.cycles))
+        if cheaper(measured):
+            chosen.add(site)
+    unmeasured = f"; {len(sites) - MOST_PLACED} more left on the NPU unmeasured" if len(sites) > MOST_PLACED else ""
+    if not chosen:
+        return RemedyOutcome(remedy.name, RemedyStatus.SKIPPED, (
+            f"did not help: at each of the {len(alone)} LayerNorms alone the NPU is cheaper{unmeasured}"),
+            sites=tuple(alone)), None
+    placed = remedy.placed(frozenset(chosen))
+    together = _built(build, [placed], config, artifact, batches, reference)
+    if not cheaper(together.measured):
+        return RemedyOutcome(remedy.name, RemedyStatus.SKIPPED, (
+            f"did not help: {len(chosen)} LayerNorms are cheaper on the CPU alone, not together{unmeasured}"),
+            together.measured, placed.user_lines(), together.io, tuple(alone)), None
+    reason = (f"{'; '.join(_gains(baseline, together.measured))}; {len(chosen)} of {len(sites)} LayerNorms on the "
+              f"CPU, where each alone is cheaper{unmeasured}")
+    return (RemedyOutcome(remedy.name, RemedyStatus.KEPT, reason, together.measured, placed.user_lines(),
+                          together.io, tuple(alone)), (placed, together))
+
+
 def _other_flow(remedy: Remedy, config: Config) -> str | None:
     """Why `remedy` does not apply to a build for this target's flow, or None when it is that flow's."""
     if remedy.for_npu and config.npu is None:
@@ -294,6 +349,16 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
         reason = _other_flow(remedy, config) or remedy.not_applicable(float_graph)
         if reason is not None:
             report.outcomes.append(RemedyOutcome(name, RemedyStatus.SKIPPED, f"does not apply: {reason}"))
+            continue
+        if isinstance(remedy, LayerNormPlacement):  # priced per LayerNorm, not kept for a gain elsewhere
+            try:
+                outcome, placed = _placed(remedy, baseline, float_graph, build, config, artifact, batches, reference)
+            except RemedyError as exc:
+                report.outcomes.append(RemedyOutcome(name, RemedyStatus.FAILED, str(exc)))
+                continue
+            report.outcomes.append(outcome)
+            if placed is not None:
+                kept[name] = placed
             continue
         try:
             candidate = _built(build, [remedy], config, artifact, batches, reference)

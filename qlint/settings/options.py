@@ -49,6 +49,9 @@ class RunOptions:
     measure: bool = False   # budgets or metrics asked: serialize each program and read its figures
     profile: str | None = None  # --profile: an ETDump of the one artifact checked (`qlint.device.profile`)
     etrecord: str | None = None  # --etrecord: the ETRecord that maps a profile to a `.pt2`'s lowering
+    # an NPU target's float fallbacks priced by compiling the program with each on the NPU; the remedy
+    # search's builds, which price the placements themselves, leave it off (a lowering a fallback)
+    split_costs: bool = True
 
     def cache_key(self) -> dict[str, Any]:
         """Every field, so a report cached under other options is never reused."""

@@ -40,7 +40,7 @@ def test_distilberts_word_embedding_gathers_its_int8_table_on_u55() -> None:
 
 
 @pytest.mark.model("make_vit")
-def test_vits_layernorms_are_priced_on_the_npu_and_on_the_cpu() -> None:
+def test_vits_layernorms_are_each_priced_on_the_cpu_and_stay_on_the_npu() -> None:
     from qlint.api import remedy
     from qlint.records.results import RemedyStatus
 
@@ -48,9 +48,12 @@ def test_vits_layernorms_are_priced_on_the_npu_and_on_the_cpu() -> None:
     config = replace(Config(root=ROOT), npu=npu(U55))
     done = remedy(model, example, calibration, (RemedyName.LAYERNORM_PLACEMENT,), config, artifact="vit")
     [outcome] = done.report.outcomes
-    on_npu, on_cpu = done.report.baseline, outcome.measured
-    assert on_cpu is not None and on_npu.partitions == 1 and on_cpu.partitions > 1
-    assert on_cpu.fp32_ops == 3  # the layer's two LayerNorms and the final one, in float on the CPU
-    assert on_cpu.sqnr_db > on_npu.sqnr_db and on_cpu.npu_cycles < on_npu.npu_cycles
-    # at 16 tokens of 32 channels the NPU's LayerNorms cost less than the CPU's and the splits
-    assert on_cpu.cycles > on_npu.cycles and outcome.status == RemedyStatus.SKIPPED
+    baseline = done.report.baseline
+    assert baseline.partitions == 1 and baseline.fp32_ops == 0
+    # the layer's two LayerNorms and the final one, each built alone on the CPU: at 16 tokens of 32
+    # channels the NPU's LayerNorm costs less than the CPU's and the split it makes
+    assert [site.site for site in outcome.sites] == ["model.encoder.layer.0.layernorm_before",
+                                                      "model.encoder.layer.0.layernorm_after", "model.layernorm"]
+    assert all(site.cycles is not None and site.cycles > baseline.cycles for site in outcome.sites)
+    assert all(site.sqnr_db > baseline.sqnr_db - config.remedy_max_sqnr_drop_db for site in outcome.sites)
+    assert outcome.status == RemedyStatus.SKIPPED and done.fixed.stats.partitions == 1

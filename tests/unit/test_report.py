@@ -138,4 +138,4 @@ def test_no_cell_of_the_profile_comparison_csv_starts_a_formula() -> None:
     assert [row[0] for row in rows] == ["\\r=1+1", "\\t=1+1", "x\\r=1+1", "' =1+1", "'=HYPERLINK(\"x\")", "'-2+3",
                                         "'+1", "'@SUM(A1)", "plain.pte"]
     assert {row[3] for row in rows} == {"'=cmd|' /C calc'!A0"}
-    assert rows[0][1:] == ["cortex-m55", "1", "'=cmd|' /C calc'!A0", "1", "10", "20", "2.0"]
+    assert rows[0][1:] == ["cortex-m55", "1", "'=cmd|' /C calc'!A0", "1", "10", "20", "2.0", ""]
