@@ -22,6 +22,7 @@ from qlint.full.lint import lint_program
 from qlint.records.results import Finding
 from qlint.settings.config import Config
 from qlint.settings.npus import npu
+from qlint.settings.options import RunOptions
 
 U55, U85 = "ethos-u55-128", "ethos-u85-256"
 NPU_SOURCE = ROOT / "examples" / "npu.py"
@@ -33,9 +34,11 @@ def line_of(text: str) -> int:
     return line
 
 
-def lint(quantized: Any, factory: str, accelerator: str) -> Any:
+def lint(quantized: Any, factory: str, accelerator: str, split_costs: bool = False) -> Any:
+    """The stored program's lint; `split_costs`: each float fallback also compiled onto the NPU (a lowering
+    each), for the tests of what a split costs."""
     config = replace(Config(root=ROOT), npu=npu(accelerator))
-    return lint_program(quantized(factory, npu=accelerator), factory, config)
+    return lint_program(quantized(factory, npu=accelerator), factory, config, RunOptions(split_costs=split_costs))
 
 
 def fallbacks(linted: Any) -> list[Finding]:
@@ -58,7 +61,7 @@ def test_fully_quantized_attention_is_one_partition_with_nothing_on_the_cpu(quan
 
 @pytest.mark.model("make_attention@npu")
 def test_a_float_scale_splits_attention_in_two_partitions_and_folds(quantized: Any) -> None:
-    linted = lint(quantized, "make_attention", U55)
+    linted = lint(quantized, "make_attention", U55, split_costs=True)
     [div] = fallbacks(linted)
     assert linted.stats.partitions == 2
     assert div.message == (
@@ -100,7 +103,7 @@ def test_a_transpose_left_float_between_partitions_is_reported_as_a_split(quanti
     from qlint.analysis.partitions import partitions
     from qlint.loading.view import GraphView, op_name
 
-    linted = lint(quantized, "make_token_mixing", U55)
+    linted = lint(quantized, "make_token_mixing", U55, split_costs=True)
     [move] = fallbacks(linted)
     assert linted.stats.partitions == 2
     details = move.details
@@ -261,7 +264,7 @@ def test_each_delegate_is_priced_at_velas_estimate_and_the_inference_adds_the_cp
 
 @pytest.mark.model("make_conv_hardswish@npu")
 def test_a_fallback_says_what_the_split_costs_by_compiling_the_program_both_ways(quantized: Any) -> None:
-    linted = lint(quantized, "make_conv_hardswish", U55)
+    linted = lint(quantized, "make_conv_hardswish", U55, split_costs=True)
     total = linted.stats.npu_cycles
     found = fallbacks(linted)
     assert len(found) == 2 and total == sum(d.npu_cycles for d in linted.stats.delegates)
@@ -365,7 +368,7 @@ def fix_attention(quantized: Any) -> tuple[Any, Any, Any]:
     program = quantized("make_attention", npu=U55)
     config = replace(Config(root=ROOT), npu=npu(U55))
     return program, config, lambda: fix_program(program, "attention", config, verification_inputs(
-        sample_inputs(program)))
+        sample_inputs(program)), RunOptions(split_costs=False))
 
 
 @pytest.mark.model("make_attention@npu")
@@ -373,7 +376,7 @@ def test_fix_folds_the_float_scale_before_partitioning_and_the_partitions_merge(
     from qlint.full.lint import lint_pte
 
     program, config, fix = fix_attention(quantized)
-    before = lint_program(program, "attention", config)
+    before = lint_program(program, "attention", config, RunOptions(split_costs=False))
     result = fix()
     summary = result.summary
     assert summary.partitions == (2, 1) and summary.verified_inputs == 9
