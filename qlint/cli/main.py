@@ -186,7 +186,8 @@ def _fix_options(check: argparse.ArgumentParser) -> None:
     check.add_argument(
         "--unsafe-fixes",
         action="store_true",
-        help="with --fix: also try every remedy on targets (export/quantization changes that change numerics)",
+        help="with --fix: also try every remedy of each target's flow (export/quantization changes that change "
+             "numerics; on an Ethos-U target, where each LayerNorm runs)",
     )
 
 

@@ -25,7 +25,7 @@ class LoweringOrder(StrEnum):
 class FixOptions:
     output_dir: Path | None = None
     dry_run: bool = False   # --diff: plan and report the folds, write nothing
-    unsafe_fixes: bool = False  # try every remedy on targets, not only the config's
+    unsafe_fixes: bool = False  # try every remedy of each target's flow, not only the config's
     inputs_root: str | None = None  # the folder the named inputs share (absolute): --output-dir mirrors below it
 
     def output(self, folder: Path, name: str, *, mirrored: bool = False) -> Path:
