@@ -66,15 +66,16 @@ def test_each_layernorm_is_placed_where_it_is_cheaper() -> None:
     assert f"; est. cycles {base:,} -> {alone['tokens.norm'].cycles:,}" in said
 
 
-@pytest.mark.model("make_conv_layernorm")
 def test_each_flow_tries_only_its_own_remedies() -> None:
-    done = placed("make_conv_layernorm", "ethos-u55-128", (RemedyName.INT8_LAYERNORM,))
-    [outcome] = done.report.outcomes
-    assert outcome.status == RemedyStatus.SKIPPED
-    assert outcome.reason == ("does not apply: it changes what the Cortex-M CPU flow quantizes; this target lowers "
-                              "for ethos-u55-128, whose quantizer is Arm's")
-    model, example, calibration = npu_examples.make_conv_layernorm()
-    cpu = remedy(model, example, calibration, (RemedyName.LAYERNORM_PLACEMENT,), Config(root=ROOT))
-    [outcome] = cpu.report.outcomes
-    assert outcome.reason == ("does not apply: it places ops between an Ethos-U NPU and the CPU; this target "
-                              "lowers for the Cortex-M CPU alone")
+    from qlint.remedies.all_remedies import REMEDIES
+    from qlint.remedies.search import _other_flow, remedies_for
+
+    on_npu = replace(Config(root=ROOT), npu=npu("ethos-u55-128"))
+    assert remedies_for(on_npu) == (RemedyName.LAYERNORM_PLACEMENT,)
+    assert RemedyName.LAYERNORM_PLACEMENT not in remedies_for(Config(root=ROOT))
+    assert _other_flow(REMEDIES[RemedyName.INT8_LAYERNORM], on_npu) == (
+        "it changes what the Cortex-M CPU flow quantizes; this target lowers for ethos-u55-128, whose quantizer "
+        "is Arm's")
+    assert _other_flow(REMEDIES[RemedyName.LAYERNORM_PLACEMENT], Config(root=ROOT)) == (
+        "it places ops between an Ethos-U NPU and the CPU; this target lowers for the Cortex-M CPU alone")
+    assert _other_flow(REMEDIES[RemedyName.LAYERNORM_PLACEMENT], on_npu) is None
