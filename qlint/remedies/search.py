@@ -129,6 +129,14 @@ def build_program(build: Build, remedies: list[Remedy], config: Config) -> tuple
     return program, changed, apply_to_program(program, remedies)
 
 
+def program_sqnr(program: Any, batches: Sequence[tuple[Any, ...]], io: ProgramIO | None,
+                 reference: Sequence[torch.Tensor]) -> float:
+    """The SQNR of `program` on `batches` (as it takes them, its integer outputs read back through `io`)
+    against the float model's outputs `reference`."""
+    outputs = [read(batch, io) for batch in run_program(program, batches)]
+    return sqnr_db(reference, [t.reshape(-1) for batch in outputs for t in batch])
+
+
 def measure(program: Any, config: Config, artifact: str, verify: Sequence[tuple[Any, ...]],
             batches: Sequence[tuple[Any, ...]], io: ProgramIO | None,
             reference: Sequence[torch.Tensor]) -> tuple[FixResult, Measurement]:
@@ -147,7 +155,7 @@ def measure(program: Any, config: Config, artifact: str, verify: Sequence[tuple[
     # program does, and the fix checked each partition's TOSA computes its int8 on the reference model.
     ran = program if config.npu is not None else lowered
     try:
-        outputs = [read(batch, io) for batch in run_program(ran, batches)]
+        sqnr = program_sqnr(ran, batches, io, reference)
     except Exception as exc:  # the fixed program cannot run on these batches
         raise RemedyError(f"the {'quantized' if ran is program else 'lowered'} program does not run: "
                           f"{first_line(exc)}") from None
@@ -161,7 +169,7 @@ def measure(program: Any, config: Config, artifact: str, verify: Sequence[tuple[
         arena_bytes=summary.activation_bytes[1],
         live_peak_bytes=summary.live_peak_bytes[1],
         table_folds=sum(1 for fold in summary.folds if fold.kind == FoldKind.TABLE),
-        sqnr_db=sqnr_db(reference, [t.reshape(-1) for batch in outputs for t in batch]),
+        sqnr_db=sqnr,
         kernels=dict(sorted(kernels.items())),
         cycles=stats.cycles,
         npu_cycles=stats.npu_cycles,
@@ -190,7 +198,7 @@ def _gains(before: Measurement, after: Measurement) -> list[str]:
     return gains
 
 
-def sqnr_drop(before: Measurement, after: Measurement) -> float:
+def sqnr_drop(before: Measurement, after: Measurement | SiteMeasurement) -> float:
     if math.isinf(before.sqnr_db) and math.isinf(after.sqnr_db):
         return 0.0
     return before.sqnr_db - after.sqnr_db
@@ -279,7 +287,7 @@ def _placed(remedy: LayerNormPlacement, baseline: Measurement, float_graph: Any,
     sites = remedy.sites(float_graph)
     guard = config.remedy_max_sqnr_drop_db
 
-    def cheaper(m: Measurement) -> bool:
+    def cheaper(m: Measurement | SiteMeasurement) -> bool:
         return m.cycles is not None and baseline.cycles is not None and m.cycles < baseline.cycles \
             and sqnr_drop(baseline, m) <= guard
 
@@ -299,8 +307,7 @@ def _placed(remedy: LayerNormPlacement, baseline: Measurement, float_graph: Any,
             alone.append(SiteMeasurement(site, math.nan, str(exc)))
             continue
         alone.append(measured)
-        if measured.cycles is not None and baseline.cycles is not None and measured.cycles < baseline.cycles \
-                and baseline.sqnr_db - measured.sqnr_db <= guard:
+        if cheaper(measured):
             chosen.add(site)
     unmeasured = f"; {len(sites) - MOST_PLACED} more left on the NPU unmeasured" if len(sites) > MOST_PLACED else ""
     if not chosen:
@@ -331,13 +338,12 @@ def _priced(build: Build, remedy: LayerNormPlacement, config: Config, artifact: 
     try:
         program, _, io = build_program(build, [remedy], config)
         linted = lint_program(program, artifact, config, RunOptions(split_costs=False), npu_inputs=())
-        outputs = [read(batch, io) for batch in run_program(program, [feed(b, io) for b in batches])]
+        sqnr = program_sqnr(program, [feed(b, io) for b in batches], io, reference)
     except Exception as exc:  # export, quantization or the run raised with it
         raise RemedyError(f"{type(exc).__name__}: {first_line(exc)}") from None
     if linted.failure is not None:
         raise RemedyError(f"it does not lower: {first_line(linted.failure)}")
-    return SiteMeasurement(site, sqnr_db(reference, [t.reshape(-1) for batch in outputs for t in batch]),
-                           cycles=linted.stats.cycles)
+    return SiteMeasurement(site, sqnr, cycles=linted.stats.cycles)
 
 
 def _other_flow(remedy: Remedy, config: Config) -> str | None:
