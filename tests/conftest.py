@@ -87,10 +87,11 @@ def stack(request: pytest.FixtureRequest) -> None:
     that has tests outside the torch-free unit tier."""
     if all(in_unit_tier(item) for item in request.session.items):
         return
-    from qlint.loading import stack
+    from qlint.run import collector
     from qlint.run.isolation import warm_up
 
-    stack.load()
+    collector.own_the_process()  # a worker is the suite's process, as the command's is qlint's
+    collector.freeze_the_stack()
     warm_up()  # children fork from a server that imports torch first: start it while tests run
 
 

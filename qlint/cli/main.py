@@ -279,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     if _reserve_standard_fds():
         say("qlint: error: stdout is closed: nowhere to print the report (redirect it instead, e.g. >/dev/null)")
         return EXIT_ERROR
+    if argv is None:  # the command itself, not a call in-process (a script, the tests)
+        from qlint.run import collector
+
+        collector.own_the_process()
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:

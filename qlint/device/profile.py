@@ -86,8 +86,13 @@ def read_profile(data: bytes, limits: Limits) -> Profile:
         for i, (name, _) in run.items():
             if name != kinds[i]:
                 raise ProfileMismatch(f"run {number} records {name} at instruction {i}, run 1 {kinds[i]}")
+    ran_first = read[0][1]
+    for number, (_, ran) in enumerate(read[1:], start=2):
+        if ran.keys() != ran_first.keys():  # a median over runs that lack it would be a figure no run recorded
+            raise ProfileMismatch(f"run {number} records the NPU's run in {len(ran)} delegate calls, run 1 in "
+                                  f"{len(ran_first)}: the runs are not of one program")
     cycles = {i: int(statistics.median_low(run[i][1] for run in runs)) for i in sorted(first)}
-    npu = {i: int(statistics.median_low(ran.get(i, 0) for _, ran in read)) for i in sorted({*read[0][1]})}
+    npu = {i: int(statistics.median_low(ran[i] for _, ran in read)) for i in sorted(ran_first)}
     if sum(cycles.values()) > MAX_AMOUNT:
         raise ProfileError(f"its instructions measure {sum(cycles.values()):,} cycles together, over 2**53: "
                            "no figure compares exactly past it")

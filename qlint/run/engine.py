@@ -294,6 +294,9 @@ def input_problem(exc: ReadError | OverflowError) -> str:
 
 def lint_bytes(path: Path, data: bytes, artifact: str, config: Config, options: RunOptions) -> Report:
     """Lint (or fix) the bytes of one artifact, by its kind's reader (in a child, when isolated)."""
+    from qlint.run.collector import freeze_the_stack
+
+    freeze_the_stack()  # in qlint's own process, before the reader's lowering allocates
     report = Report()
     try:
         return READERS[path.suffix].full(path, data, artifact, config, options)

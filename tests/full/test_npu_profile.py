@@ -110,6 +110,8 @@ def test_a_delegate_call_profile_of_another_program_is_refused_in_one_line(
             "DELEGATE_CALL"),
         "another backend's event": ([[*run, profile_event("XnnpackBackend::execute()", 0, first, 1, 2)]],
                                     f"records 'XnnpackBackend::execute()' at instruction {first}"),
+        "runs that disagree on the NPU's run": ([run, *runs_of(kinds, 1, npu_events=False)],
+                                                "run 2 records the NPU's run in 0 delegate calls, run 1 in 3"),
     }
     for case, (runs, said) in cases.items():
         profile = tmp_path / f"{case.replace(' ', '_')}.etdump"
