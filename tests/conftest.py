@@ -107,7 +107,8 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def quantized(program_store: Path) -> Callable[..., Any]:
     """`quantized("make_attention", int16=False, npu=None)` -> a quantized ExportedProgram, built once;
     with `npu` (an accelerator, `ethos-u55-128`), quantized for it as Arm's flow does, the ops
-    `examples.npu.FLOAT_OPS` names for the factory left in float.
+    `examples.npu.FLOAT_OPS` names for the factory left in float (a factory of `examples.npu` first,
+    then of the CPU's examples).
 
     In memory for the session; on disk (`program_store`) for the next run, since quantizing is most
     of a large model's cost (the histogram observers' search: 4 minutes for MobileViT here)."""
@@ -119,7 +120,7 @@ def quantized(program_store: Path) -> Callable[..., Any]:
     cache: dict[tuple[str, bool, str | None], Any] = {}
 
     def build(name: str, int16: bool, accelerator: str | None) -> Any:
-        module = npu if accelerator else next(m for m in (models, sam, zoo) if hasattr(m, name))
+        module = next(m for m in ((npu,) if accelerator else ()) + (models, sam, zoo) if hasattr(m, name))
         model, example, calibration = getattr(module, name)()
         if accelerator:
             return npu_quantized(model, example, calibration, accelerator, npu.FLOAT_OPS.get(name, ()))

@@ -3,7 +3,9 @@ gather fold on DistilBERT's word embedding, and one of its LayerNorms priced on 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from conftest import ROOT
@@ -17,21 +19,22 @@ U55 = "ethos-u55-128"
 
 
 @pytest.mark.model("make_distilbert_tokens")
-def test_distilbert_on_u55_gathers_its_int8_word_embedding_and_a_layernorm_is_priced_on_the_cpu() -> None:
+def test_distilbert_on_u55_gathers_its_int8_word_embedding_and_a_layernorm_is_priced_on_the_cpu(
+        quantized: Callable[..., Any]) -> None:
     """One build of DistilBERT from token ids for U55-128: its word embedding's gather folded and verified,
     and the placement remedy's pricing of its last LayerNorm (8 tokens of 32 channels) built alone on the
     CPU, against the build as Arm's quantizer makes it."""
     from qlint.fix.apply import fix_program
     from qlint.full.lint import lint_program
     from qlint.loading.inputs import verification_inputs
-    from qlint.loading.quantize import export_float, quantize
+    from qlint.loading.quantize import export_float
     from qlint.remedies.layernorm_placement import LayerNormPlacement, layer_norm_modules
     from qlint.remedies.remedy import Build
     from qlint.remedies.search import _priced, float_outputs, sqnr_batches
 
     model, example, calibration = zoo.make_distilbert_tokens()
     config = replace(Config(root=ROOT), npu=npu(U55))
-    program = quantize(model, example, calibration, npu=npu(U55))
+    program = quantized("make_distilbert_tokens", npu=U55)  # as Arm's quantizer makes it, nothing left float
     options = RunOptions(split_costs=False)  # the fold is what is checked here, not what each fallback's split costs
     before = lint_program(program, "distilbert", config, options)
     [gather] = [f for f in before.findings if f.code == "QL010" and f.details["op"] == "aten.index_select.default"]
