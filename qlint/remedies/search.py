@@ -220,10 +220,14 @@ def _built(build: Build, remedies: list[Remedy], config: Config, artifact: str,
     except Exception as exc:  # export or quantization raised with this remedy
         raise RemedyError(f"export/quantization failed: {type(exc).__name__}: {first_line(exc)}") from None
     verify = [feed(b, io) for b in verification_inputs(changed.example, list(changed.calibration))]
-    fed = [feed(apply_to_inputs(b, remedies), io) for b in batches]
-    fixed, measured = measure(program, config, artifact, verify, fed, io, reference)
+    fixed, measured = measure(program, config, artifact, verify, _fed(batches, remedies, io), io, reference)
     as_fed = Build(changed.model, feed(changed.example, io), tuple(feed(b, io) for b in changed.calibration))
     return _Candidate(program, as_fed, fixed, measured, io)
+
+
+def _fed(batches: Sequence[tuple[Any, ...]], remedies: list[Remedy], io: ProgramIO | None) -> list[tuple[Any, ...]]:
+    """The SQNR batches as a build with `remedies` takes them: changed as they change inputs, fed through `io`."""
+    return [feed(apply_to_inputs(b, remedies), io) for b in batches]
 
 
 def _each_site(build: Build, remedy: Remedy, sites: list[str], config: Config, artifact: str,
@@ -338,7 +342,7 @@ def _priced(build: Build, remedy: LayerNormPlacement, config: Config, artifact: 
     try:
         program, _, io = build_program(build, [remedy], config)
         linted = lint_program(program, artifact, config, RunOptions(split_costs=False), npu_inputs=())
-        sqnr = program_sqnr(program, [feed(b, io) for b in batches], io, reference)
+        sqnr = program_sqnr(program, _fed(batches, [remedy], io), io, reference)
     except Exception as exc:  # export, quantization or the run raised with it
         raise RemedyError(f"{type(exc).__name__}: {first_line(exc)}") from None
     if linted.failure is not None:
