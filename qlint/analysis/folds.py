@@ -10,6 +10,11 @@ Three folds of quantized regions, each proven on every value of the input dtype 
   (S*c for div, S/c for mul) when that gives the same integers for all 65536
   inputs; a resulting identity is then deleted.
 
+- rescale (NPU targets, int8 too): the NPU has no table for the Cortex-M kernel, so a constant scale
+  folds into the output quantize scale as for int16, and is proven a second time on every input
+  integer against the TOSA RESCALE the NPU computes for the dequantize -> quantize pair left behind
+  (it rounds half up where the quantize rounds half to even: at a scale ratio of exactly 0.5 a
+  quarter of the int8 values differ by one step);
 - gather (NPU targets): a gather the CPU runs on a table it dequantizes whole every inference
   (`nn.Embedding` on a U55) reads the int8 table instead, when the quantize after it gives back
   every integer the table can hold; selecting rows commutes with the per-tensor dequantize.
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -35,11 +40,16 @@ from torch.fx import Node
 from qlint._compat import StrEnum
 from qlint.analysis.islands import Island
 from qlint.analysis.regions import Exhaustive, Region
+from qlint.io.reads import first_line
 from qlint.loading.view import GraphView, Kind, input_node, numel, op_name, output_dtype, run_node
 from qlint.rules.qparams import QParams
 from qlint.rules.table import Code
 
 FLOAT32_TINY = 1.1754943508222875e-38  # smallest normal float32
+
+# How an NPU target computes a dequantize -> quantize pair: (integers, scale ratio, input zero point,
+# output zero point, output dtype) -> integers (`analysis.tosa.rescaled`, on the TOSA reference model).
+Rescaler = Callable[[torch.Tensor, float, int, int, torch.dtype], torch.Tensor]
 
 
 class FoldKind(StrEnum):
@@ -62,14 +72,16 @@ class Fold:
     values: dict[Node, torch.Tensor] = field(default_factory=dict)  # constant: per result, what is stored
     reshapes: list[Node] = field(default_factory=list)              # shape ops to replay on the integers
     scale: float | None = None                                      # rescale: new output scale
+    npu_proven: bool = False  # rescale: the NPU's RESCALE of the pair left behind gives the same integers
 
     @property
     def before_lowering(self) -> bool:
-        """An identity with no shape op to replay: the quantized program can say it too (the island's
-        output quantize reads its producer's int8 instead), so an NPU target folds it before the
-        partitioner runs, and the partitions it split merge (`qlint.fix.npu`)."""
+        """A fold the quantized program can say too, so an NPU target makes it before the partitioner
+        runs, and the partitions the island split merge (`qlint.fix.npu`): an identity with no shape
+        op to replay (the island's output quantize reads its producer's int8 instead), a gather, and a
+        rescale proven on the NPU's RESCALE (the output quantize reads the island's dequantize)."""
         return (self.kind == FoldKind.IDENTITY and not self.reshapes and self.dq is not None) \
-            or self.kind == FoldKind.GATHER
+            or self.kind == FoldKind.GATHER or (self.kind == FoldKind.RESCALE and self.npu_proven)
 
     def moved(self, nodes: Mapping[str, Node]) -> Fold:
         """This fold on a copy of its graph (nodes matched by name): folding the copy leaves this graph as it was."""
@@ -101,9 +113,9 @@ class Fold:
                     f"({numel(self.dq):,} elements a call), {', '.join(op_name(n) for n in self.outputs)}")
         if self.kind == FoldKind.TABLE:
             return f"table: replace {ops} with {replay}cortex_m.quantized_activation (256-entry int8 table)"
-        return (
-            f"rescale: remove {', '.join(op_name(n) for n in self.removed)}; output quantize scale -> {self.scale:.9g}"
-        )
+        on_npu = " (a TOSA RESCALE on the NPU, proven on every input integer)" if self.npu_proven else ""
+        return (f"rescale: remove {', '.join(op_name(n) for n in self.removed)}; output quantize scale -> "
+                f"{self.scale:.9g}{on_npu}")
 
 
 @dataclass
@@ -281,13 +293,14 @@ def plan_gather(view: GraphView, node: Node) -> Fold | Left | None:
     return Fold(FoldKind.GATHER, Code.NPU_FALLBACK, node, dq, [q], [dq, q])
 
 
-def plan_region(region: Region) -> Fold | Left:
-    """How to fold one island or requantize pair, or why it is left."""
-    result = _plan(region)
+def plan_region(region: Region, rescaler: Rescaler | None = None) -> Fold | Left:
+    """How to fold one island or requantize pair, or why it is left; `rescaler`: the target is an NPU
+    that computes a dequantize -> quantize pair so."""
+    result = _plan(region, rescaler)
     return Left(region.code, region.anchor, result) if isinstance(result, str) else result
 
 
-def _plan(region: Region) -> Fold | str:
+def _plan(region: Region, rescaler: Rescaler | None) -> Fold | str:
     if region.blocked:
         return f"blocked by {'; '.join(region.blocked)}"
     if region.constant is not None:
@@ -302,6 +315,43 @@ def _plan(region: Region) -> Fold | str:
         return "an output does not go to a per-tensor quantize"
     exhaustive = region.exhaustive()
     assert exhaustive is not None  # one dequantized input, elementwise, quantize outputs
+    if rescaler is not None:
+        return _npu_fold(region, region.dq, qp_in, exhaustive, outputs, rescaler)
     if qp_in.dtype == "int8":
         return _int_fold(region, region.dq, qp_in, exhaustive, outputs)
     return _rescale(region, qp_in, exhaustive, outputs)
+
+
+# Why an island on an NPU target that is no identity has no fold, before what `_rescale` said.
+NPU_RESCALE_ONLY = "on an NPU target an island folds only as an identity or into its output quantize's scale"
+
+
+def _npu_fold(region: Region, dq: Node, qp_in: QParams, exhaustive: Exhaustive, outputs: list[Node],
+              rescaler: Rescaler) -> Fold | str:
+    """An NPU target has no int8 table for an island, so what is no identity folds only into the
+    output quantize scale, and only when the NPU's RESCALE of the dequantize -> quantize pair the fold
+    leaves gives the integers the island gives, on every input integer (`Rescaler`)."""
+    if exhaustive.identity:
+        return _int_fold(region, dq, qp_in, exhaustive, outputs) if qp_in.dtype == "int8" \
+            else _rescale(region, qp_in, exhaustive, outputs)
+    fold = _rescale(region, qp_in, exhaustive, outputs)
+    if isinstance(fold, str):
+        return f"{NPU_RESCALE_ONLY}: {fold}"
+    assert fold.dq is not None and fold.scale is not None
+    [out] = fold.outputs
+    read, write = region.view.qparams(fold.dq), region.view.qparams(out)
+    assert read is not None and write is not None
+    reference = exhaustive.outputs[out]
+    ratio = read.scale / fold.scale  # as Arm's InsertRescalePass computes the pair's RESCALE scale
+    try:
+        on_npu = rescaler(exhaustive.values, ratio, read.zero_point, write.zero_point, reference.dtype)
+    except Exception as exc:  # noqa: BLE001 - Arm's serialization refuses the scale (a shift out of range)
+        return f"the NPU's RESCALE by {ratio:.9g} cannot be built: {first_line(exc)}"
+    mask = exhaustive.mask
+    differing = on_npu[mask].to(torch.int32) - reference[mask].to(torch.int32)
+    if int(differing.abs().max()):
+        steps = int(differing.abs().max())
+        return (f"the NPU's RESCALE by {ratio:.9g} (fixed point, rounding half up) differs from the quantize "
+                f"(rounding half to even) on {int((differing != 0).sum())} of {int(mask.sum())} {qp_in.dtype} inputs, "
+                f"by up to {steps} step{'s' if steps != 1 else ''}")
+    return replace(fold, npu_proven=True)

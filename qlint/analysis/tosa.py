@@ -94,6 +94,48 @@ def run_tosa(tosa: bytes, inputs: Sequence[torch.Tensor], outputs: Sequence[torc
     return [_to_torch(array, template) for array, template in zip(arrays, outputs, strict=True)]
 
 
+def rescaled(values: torch.Tensor, scale: float, zp_in: int, zp_out: int, dtype: torch.dtype,
+             tosa_spec: str) -> torch.Tensor:
+    """`values` (one dimension) through one TOSA RESCALE by `scale`, from zero point `zp_in` to `zp_out`
+    into `dtype`, run on the reference model: what an NPU computes for a dequantize -> quantize pair
+    that Arm's lowering (`InsertRescalePass`) turns into a RESCALE. The operator is serialized by Arm's
+    own visitor (`RescaleVisitor`), which derives the fixed-point multiplier and shift; its rounding
+    is half up where a quantize rounds half to even, so a fold that leaves such a pair for the NPU is
+    proven on this, not on the float quantize. Raises what Arm's serialization or the reference model
+    raise (a scale whose shift falls outside TOSA's range)."""
+    import tosa_reference_model as reference
+    import tosa_serializer as ts
+    from executorch.backends.arm.operators.node_visitor import get_node_visitors
+    from executorch.backends.arm.process_node import process_call_function, process_inputs, process_output
+    from executorch.backends.arm.tosa.specification import TosaLoweringContext, TosaSpecification
+    from executorch.exir.dialects._ops import ops as exir_ops
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx import Graph
+
+    spec = TosaSpecification.create_from_string(tosa_spec)
+    graph = Graph()
+    with FakeTensorMode():
+        fake_in, fake_out = torch.empty(values.shape, dtype=values.dtype), torch.empty(values.shape, dtype=dtype)
+    read = graph.placeholder("values")
+    read.meta["val"] = fake_in
+    rescale = graph.call_function(exir_ops.backend.tosa.RESCALE.default, (read, dtype, [scale], zp_in, zp_out))
+    rescale.meta["val"] = fake_out
+    output = graph.output((rescale,))
+    version = spec.version
+    serializer = ts.TosaSerializer("", targetMajor=version.major, targetMinor=version.minor,
+                                   targetPatch=version.micro, targetDraft=False)
+    with TosaLoweringContext(spec):
+        process_inputs(read, serializer, spec)
+        process_call_function(rescale, serializer, get_node_visitors(spec), spec)
+        process_output(output, serializer, spec)
+    with _quiet():
+        arrays, status = reference.run(serializer.serialize(), [_to_numpy(values)], verbosity="NONE",
+                                       initialize_variable_tensor_from_numpy=True)
+    if status.name != TOSA_VALID:
+        raise RuntimeError(f"the reference model ends with {status.name}")
+    return _to_torch(arrays[0], fake_out)
+
+
 @dataclass(frozen=True)
 class DelegateValues:
     """Computes a lowered program's delegate calls with their TOSA on the reference model: what the

@@ -115,11 +115,14 @@ class OverBudget(Exception):
         self.unchecked = unchecked
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def flatten(value: Any) -> list[torch.Tensor]:
+    """The tensors of a (nested) value or output, in order."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in flatten(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in flatten(v)]
     return []
 
 
@@ -138,7 +141,7 @@ class Held:
             raise OverBudget(Unchecked(node, program, need, self.budget, self.check))
 
     def add(self, value: Any) -> None:
-        for tensor in _tensors(value):
+        for tensor in flatten(value):
             storage = tensor.untyped_storage()
             entry = self._storages.setdefault(storage.data_ptr(), [storage.nbytes(), 0])
             if entry[1] == 0:
@@ -146,7 +149,7 @@ class Held:
             entry[1] += 1
 
     def drop(self, value: Any) -> None:
-        for tensor in _tensors(value):
+        for tensor in flatten(value):
             key = tensor.untyped_storage().data_ptr()
             entry = self._storages.get(key)
             if entry is None:
@@ -176,9 +179,10 @@ class Stepper(Interpreter):
     """Runs a program one node at a time within `held`'s budget, each value dropped after its last use:
     what the run holds is what is live, never everything it computed."""
 
-    def __init__(self, runnable: Runnable, batch: tuple[Any, ...], held: Held, program: str) -> None:
+    def __init__(self, runnable: Runnable, batch: tuple[Any, ...], held: Held, program: str,
+                 delegates: DelegateRunner | None = None) -> None:
         super().__init__(runnable.graph)  # garbage_collect_values: each node's last uses
-        self.held, self.program = held, program
+        self.held, self.program, self.delegates = held, program, delegates
         self.env: dict[Node, Any] = {}
         self.args_iter = iter(self.graph.process_inputs(*runnable.arguments(batch)))
         self._pending = iter(self.graph.nodes)
@@ -189,6 +193,10 @@ class Stepper(Interpreter):
         return 0.0
 
     def compute(self, node: Node) -> Any:
+        """`node`'s value: a delegate call's by `delegates` (an NPU partition's TOSA, on the host)."""
+        if self.delegates is not None and base_name(op_name(node)) == DELEGATE_CALL:
+            args, _ = self.fetch_args_kwargs_from_env(node)
+            return self.delegates(node, args)
         return self.run_node(node)
 
     def step(self) -> Node | None:
@@ -417,10 +425,10 @@ class _Forced(Stepper):
     def __init__(self, pairs: list[tuple[Node, str, QParams]], floats: dict[str, str], reads: dict[str, str],
                  runnable: Runnable, batch: tuple[Any, ...], held: Held, reference: _Reference,
                  delegates: DelegateRunner | None = None, tolerance: float = DIVERGED_STEPS) -> None:
-        super().__init__(runnable, batch, held, "lowered")
+        super().__init__(runnable, batch, held, "lowered", delegates)
         self.pairs = {node.name: (name, qparams) for node, name, qparams in pairs}
         self.floats, self.reads, self.reference = floats, reads, reference
-        self.delegates, self.tolerance = delegates, tolerance
+        self.tolerance = tolerance
         self.found: tuple[str, _Worst] | None = None
 
     def extra(self, node: Node) -> float:
@@ -433,11 +441,7 @@ class _Forced(Stepper):
             if isinstance(want, torch.Tensor) and isinstance(recorded, torch.Tensor) \
                     and want.shape == recorded.shape and want.dtype == recorded.dtype:
                 return want
-        if self.delegates is not None and base_name(op_name(node)) == DELEGATE_CALL:
-            args, _ = self.fetch_args_kwargs_from_env(node)
-            got = self.delegates(node, args)
-        else:
-            got = super().compute(node)
+        got = super().compute(node)
         if node.name not in self.pairs:
             return got
         name, qparams = self.pairs[node.name]
@@ -452,6 +456,23 @@ class _Forced(Stepper):
         if worst.steps > self.tolerance and self.found is None:
             self.found = (node.name, worst)
         return _as_read(want, qparams, got.dtype)
+
+
+def device_outputs(view: GraphView, batches: Sequence[tuple[Any, ...]],
+                   delegates: DelegateRunner) -> list[list[torch.Tensor]]:
+    """The lowered program's outputs on each batch as its device computes them: each delegate call by
+    `delegates` (an NPU partition's TOSA on the reference model), the CPU's ops by their kernels, every
+    value the program's own (nothing forced). What an NPU fold must leave unchanged, bit for bit.
+    Raises OverBudget when a run would hold more than RUN_BUDGET_BYTES, and what `delegates` raises."""
+    runnable = Runnable.of(view.program, batches[0], lambda: view.module)
+    output = view.program.graph.output_node()
+    found = []
+    for batch in batches:
+        with torch.no_grad():
+            run = Stepper(runnable, batch, held("values"), "lowered", delegates)
+            run.run_all()
+            found.append(flatten(run.fetch_args_kwargs_from_env(output)[0][0]))
+    return found
 
 
 def held(check: str) -> Held:

@@ -6,9 +6,13 @@ stop and start again. So the fold is made where the partitioner will see it, in 
 program, which is then lowered again. Only what the quantized program can say exactly folds there:
 an island that is an identity on the int8 values (proven over the whole int8 range by
 `analysis.folds`) is removed, and the quantize after it reads the int8 its producer wrote, which is
-the value it held before; a gather that dequantizes its whole table (`nn.Embedding` on a U55) reads
-the int8 table instead, and its rows are what the quantize after it gave. A table or a rescale
-would need a Cortex-M kernel or new qparams the NPU flow does not take: they are left, and say why.
+the value it held before; a constant scale that is no identity goes into the scale of the quantize
+after it, which then reads the island's dequantize: the dequantize -> quantize pair left becomes a
+TOSA RESCALE in the partition, proven on every input integer both as a float quantize and as that
+RESCALE on the TOSA reference model; a gather that dequantizes its whole table (`nn.Embedding` on a
+U55) reads the int8 table instead, and its rows are what the quantize after it gave. A table, a
+replayed shape op or stored constants are folds the Cortex-M flow makes in the lowered program:
+they are left, and say why.
 
 Nothing is written unless the folded quantized program gives the unfolded one's outputs bit for bit
 on every verification input, and its lowering passes the value check, each NPU partition's TOSA run
@@ -46,9 +50,9 @@ if TYPE_CHECKING:
     from qlint.full.rules import Linted
 
 # Why a fold the Cortex-M flow makes is not made on an NPU target.
-NOT_BEFORE_LOWERING = ("on an NPU target only an identity on the int8 values or a gather from an int8 table folds "
-                       "(in the quantized program, before partitioning); this {kind} fold needs a Cortex-M kernel "
-                       "or new qparams")
+NOT_BEFORE_LOWERING = ("on an NPU target a fold is made in the quantized program, before partitioning (an identity, "
+                       "a gather from an int8 table, or a scale proven on the NPU's RESCALE); this {kind} fold is "
+                       "one the Cortex-M flow makes in the lowered program")
 
 
 def folded_quantized(program: Any, linted: Linted, folds: Sequence[Fold], example: tuple[Any, ...]) -> Any:
@@ -66,6 +70,10 @@ def folded_quantized(program: Any, linted: Linted, folds: Sequence[Fold], exampl
     for fold in folds:
         assert fold.dq is not None
         dq = nodes[view.as_quantized(fold.dq).name]
+        if fold.kind == FoldKind.RESCALE:  # the output quantize reads the dequantize, at the folded scale
+            [out] = [nodes[view.as_quantized(o).name] for o in fold.outputs]
+            out.args = (dq, fold.scale, *out.args[2:])
+            continue
         read = input_node(dq)
         if fold.kind == FoldKind.GATHER:  # the gather selects from the int8 table; its rows are what the quantize gave
             gather = nodes[view.as_quantized(fold.anchor).name]
@@ -119,8 +127,31 @@ def fix_npu_program(program: Any, artifact: str, config: Config, inputs: Sequenc
     bad = next((f for f in fixed.findings if f.code == Code.LOWERED_PROGRAM_INVALID and f.severity == "error"), None)
     if bad is not None:
         raise VerificationError(bad.message)
+    require_same_on_device(linted, fixed, inputs)
     after = to_pte(fixed.lowered, config.root, "fixed")
     return _result(summary, fixed, before, after, inputs)
+
+
+def require_same_on_device(linted: Linted, fixed: Linted, inputs: Sequence[tuple[Any, ...]]) -> None:
+    """Raise VerificationError unless the fold changes nothing the device computes: the lowered program's
+    outputs before and after it, each NPU partition's TOSA run on the reference model and the CPU's ops on
+    their kernels, are the same bit for bit on every input. The value check (QL007) allows a partition a
+    fixed-point step against the quantized program; a fold that claims no numerical change allows none,
+    and one whose values cannot be computed is not verified."""
+    from qlint.analysis.tosa import DelegateValues
+    from qlint.analysis.values import device_outputs
+
+    assert linted.delegation is not None and fixed.delegation is not None
+    try:
+        before = device_outputs(linted.analysis.view, inputs, DelegateValues(linted.delegation))
+        after = device_outputs(fixed.analysis.view, inputs, DelegateValues(fixed.delegation))
+    except Exception as exc:  # noqa: BLE001 - a partition the reference model refuses, a run over its memory bound
+        raise VerificationError(f"the lowered program's values cannot be computed on the host: {first_line(exc)}") \
+            from None
+    try:
+        require_same_outputs(before, after)
+    except VerificationError as exc:
+        raise VerificationError(f"the device computes other values after the fold: {exc}") from None
 
 
 def _summary(artifact: str, linted: Linted, folds: Sequence[Fold], options: RunOptions) -> FixSummary:

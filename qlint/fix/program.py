@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from qlint.analysis.islands import fp32_compute, requantize_pairs
+from qlint.analysis.values import flatten
 from qlint.device.memory import constant_contributors, method_allocator_bytes, peak_contributors, plan_with_buffers
 from qlint.fix.errors import FixError, VerificationError
 from qlint.io.reads import first_line
@@ -26,17 +27,6 @@ def run_program(program: Any, inputs: Sequence[tuple[Any, ...]], module: Any = N
     module = module if module is not None else program.module()
     with torch.no_grad():
         return [[o for o in flatten(module(*batch))] for batch in inputs]
-
-
-def flatten(value: Any) -> list[torch.Tensor]:
-    """The tensors of a (nested) output, in order."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in flatten(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in flatten(v)]
-    return []
 
 
 def require_same_outputs(before: list[list[torch.Tensor]], after: list[list[torch.Tensor]]) -> None:

@@ -8,6 +8,7 @@ evaluation, fold planning) never runs.
 
 from __future__ import annotations
 
+import functools
 import math
 import traceback
 from collections import Counter
@@ -20,7 +21,7 @@ from typing import Any, TypeAlias
 from torch.fx import Node
 
 from qlint.analysis.causes import cause_of
-from qlint.analysis.folds import Fold, Left, plan_gather, plan_region
+from qlint.analysis.folds import Fold, Left, Rescaler, plan_gather, plan_region
 from qlint.analysis.islands import (
     Coverage,
     constant_fp32,
@@ -33,7 +34,7 @@ from qlint.analysis.islands import (
 from qlint.analysis.npu_cycles import npu_cycles
 from qlint.analysis.partitions import Partitions, cpu_ops, partitions
 from qlint.analysis.regions import ISLAND_CODES, Analysis, Evaluations, Region, ScaleIsland, analyse
-from qlint.analysis.tosa import DelegateValues
+from qlint.analysis.tosa import DelegateValues, rescaled
 from qlint.analysis.validity import Invalid, find_invalid, restorable
 from qlint.analysis.values import DIVERGED_STEPS, NotRun, Unchecked, uncompared_calls
 from qlint.device.cost import ProgramCost, compare, core_of, estimate
@@ -122,9 +123,18 @@ class Context:
         found = ((f.node, plan_gather(self.view, f.node)) for f in self.partitions.fallbacks)
         return {node: plan for node, plan in found if plan is not None}
 
+    @cached_property
+    def rescaler(self) -> Rescaler | None:
+        """On an NPU target whose TOSA specification is known, how it computes a dequantize -> quantize
+        pair (a RESCALE on the TOSA reference model): what a fold it makes before partitioning is
+        proven on (`plan_region`)."""
+        if self.delegation is None or not self.delegation.tosa_spec:
+            return None
+        return functools.partial(rescaled, tosa_spec=self.delegation.tosa_spec)
+
     def plan(self, region: Region) -> Fold | Left:
         if region not in self.plans:
-            self.plans[region] = plan_region(region)
+            self.plans[region] = plan_region(region, self.rescaler)
         return self.plans[region]
 
     def fixable(self, region: Region) -> bool:

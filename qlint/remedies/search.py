@@ -27,9 +27,10 @@ from typing import Any
 import torch
 
 from qlint.analysis.folds import FoldKind
+from qlint.analysis.values import flatten
 from qlint.fix.apply import fix_program
 from qlint.fix.errors import FixError, VerificationError
-from qlint.fix.program import FixResult, flatten, run_program
+from qlint.fix.program import FixResult, run_program
 from qlint.io.reads import first_line
 from qlint.loading.inputs import seeded_batches, verification_inputs
 from qlint.loading.quantize import BuildError, export_float, quantize_graph, without_fast_paths

@@ -459,3 +459,94 @@ def test_fix_writes_nothing_when_the_merged_partitions_tosa_changes_the_values(
     _, _, fix = fix_attention(quantized)
     with pytest.raises(VerificationError, match=r"^lowered program computes other values: NPU partition 1 "):
         fix()
+
+
+class ScaledIntoCat(torch.nn.Module):
+    """`a(x) / d` concatenated with `b(x)`, the division left float: the concatenation's shared qparams
+    make the quantize after the division no identity of its dequantize. With `tied`, the concatenation
+    holds `a(x)` itself beside `a(x) / 2`, so both quantizes share one scale and the folded scale is
+    exactly twice the dequantize's: a RESCALE by 0.5, where every odd integer is a rounding tie."""
+
+    def __init__(self, divisor: float, tied: bool = False) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+        self.divisor, self.tied = divisor, tied
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        return torch.cat([y / self.divisor, y if self.tied else self.b(x)], -1)
+
+
+def scaled_into_cat(divisor: float, tied: bool = False) -> tuple[Any, Config]:
+    from conftest import npu_quantized
+
+    torch.manual_seed(0)
+    model = ScaledIntoCat(divisor, tied).eval()
+    calibration = [(torch.randn(1, 16, 32),) for _ in range(4)]
+    program = npu_quantized(model, (torch.randn(1, 16, 32),), calibration, U55, ("aten.div.Tensor",))
+    return program, replace(Config(root=ROOT), npu=npu(U55))
+
+
+def fix_scaled(program: Any, config: Config) -> Any:
+    from qlint.fix.apply import fix_program
+    from qlint.loading.inputs import sample_inputs, verification_inputs
+
+    return fix_program(program, "cat", config, verification_inputs(sample_inputs(program)),
+                       RunOptions(split_costs=False))
+
+
+@pytest.mark.model("scaled_into_cat@npu")
+def test_fix_folds_a_scale_that_is_no_identity_into_the_quantize_and_the_partitions_merge() -> None:
+    """The division's constant goes into the scale of the quantize after it; the dequantize -> quantize
+    pair left becomes a TOSA RESCALE inside one partition, proven on all 256 int8 inputs against the
+    float quantize and against that RESCALE on the reference model, then the device's outputs compared
+    bit for bit before and after."""
+    program, config = scaled_into_cat(3.0)
+    before = lint_program(program, "cat", config, RunOptions(split_costs=False))
+    [scale] = [f for f in before.findings if f.code == "QL001"]
+    assert "not an identity" in scale.message and scale.fixable
+    assert before.stats.partitions == 2
+    result = fix_scaled(program, config)
+    summary = result.summary
+    [fold] = summary.folds
+    assert (fold.code, fold.kind, fold.node) == ("QL001", "rescale", "aten_div_tensor")
+    assert fold.change == ("rescale: remove aten.div.Tensor; output quantize scale -> 0.0428939536 "
+                           "(a TOSA RESCALE on the NPU, proven on every input integer)")
+    assert summary.partitions == (2, 1) and summary.verified_inputs == 9 and summary.left == []
+    assert [f.code for f in result.findings if f.code in ("QL001", "QL007", "QL010")] == []
+    assert result.stats.cpu_cycles < before.stats.cpu_cycles  # the CPU no longer divides between partitions
+    assert any("div" in str(n.target) for n in program.graph.nodes)  # the input program is left as it was
+
+
+@pytest.mark.model("scaled_into_cat@npu")
+def test_a_scale_the_npus_rescale_rounds_otherwise_is_left_with_the_count() -> None:
+    """A RESCALE by exactly 0.5 rounds each odd integer's tie up where the quantize rounds it to even:
+    the float proof holds, the NPU's does not, so the island is left and says on how many inputs."""
+    program, config = scaled_into_cat(2.0, tied=True)
+    linted = lint_program(program, "cat", config, RunOptions(split_costs=False))
+    [scale] = [f for f in linted.findings if f.code == "QL001"]
+    assert not scale.fixable
+    [left] = linted.left
+    # each odd integer is a tie for the RESCALE; where the quantized program's float product lands on the
+    # tie too, it rounds to even
+    assert left.reason == ("the NPU's RESCALE by 0.5 (fixed point, rounding half up) differs from the quantize "
+                           "(rounding half to even) on 60 of 256 int8 inputs, by up to 1 step")
+
+
+@pytest.mark.model("scaled_into_cat@npu")
+def test_a_fold_only_the_float_proof_holds_is_caught_on_the_device_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the NPU's proof the tied fold would be made: its partition differs by one step from the
+    quantized program (within the value check's tolerance), and the device's outputs differ from the
+    unfolded program's, so nothing is written."""
+    import qlint.analysis.folds as folds
+    from qlint.fix.errors import VerificationError
+
+    def float_proof_only(region: Any, dq: Any, qp_in: Any, exhaustive: Any, outputs: Any, rescaler: Any) -> Any:
+        fold = folds._rescale(region, qp_in, exhaustive, outputs)
+        return replace(fold, npu_proven=True) if isinstance(fold, folds.Fold) else fold
+
+    monkeypatch.setattr(folds, "_npu_fold", float_proof_only)
+    program, config = scaled_into_cat(2.0, tied=True)
+    with pytest.raises(VerificationError, match=r"^the device computes other values after the fold: output 0 "
+                                                r"differs on verification input 0$"):
+        fix_scaled(program, config)
