@@ -5,6 +5,7 @@ SRAM and flash."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import subprocess
@@ -477,7 +478,10 @@ class ScaledIntoCat(torch.nn.Module):
         return torch.cat([y / self.divisor, y if self.tied else self.b(x)], -1)
 
 
+@functools.cache
 def scaled_into_cat(divisor: float, tied: bool = False) -> tuple[Any, Config]:
+    """The model quantized for the U55 as Arm's flow does, the division left float; once a session (a
+    fix copies the program it is given and leaves it as it was)."""
     from conftest import npu_quantized
 
     torch.manual_seed(0)
