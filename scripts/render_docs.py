@@ -75,7 +75,8 @@ def _figures(table: CostTable, key: str) -> str:
         backend, kind = rest.split(".")
         return _int8_cell(table.int8[backend][kind])
     if section == "cores":
-        return f"its backend's per-MAC figures x{table.mac_factor[rest]:g}"
+        return "its backend's per-MAC figures x " + ", ".join(f"{kind} {factor:g}"
+                                                              for kind, factor in table.mac_factor[rest].items())
     fp32 = {"fp32.loop": f"{table.fp32_loop:g} /element", "fp32.soft": _counts(table.soft),
             "fp32.exp": f"{table.exp_in_fpu_ops:g} FPU muls", "fp32.mac": _counts(table.mac),
             "fp32.conversion": _counts(table.conversion), "fp32.arithmetic.other": _counts(table.other)}

@@ -26,6 +26,9 @@ CPUS = (
 )
 BACKENDS = ("mve", "dsp", "scalar")   # what `lowering.target_config` picks for a CPU
 INT8_CLASSES = ("conv", "pointwise", "depthwise", "transpose", "linear", "pool", "quantize", "elementwise", "copy")
+# The classes priced by the MAC: what a core whose pipeline runs its backend's kernels faster scales, one
+# factor each (`cores`), since its gain differs by the instructions each class's inner loop issues.
+MAC_CLASSES = ("conv", "pointwise", "depthwise", "transpose", "linear")
 INT8_UNITS = ("per_mac", "per_output", "per_element", "per_window")
 FPU_INSTRUCTIONS = ("add", "mul", "div", "sqrt")   # what an FPU row times; soft float adds `exp`
 SOURCES = ("fit", "source", "assumed")
@@ -81,7 +84,7 @@ class CostTable:
     fpu: Mapping[str, Mapping[str, float]]          # cpu -> add/mul/div/sqrt -> cycles an instruction
     soft: Mapping[str, float]                       # add/mul/div/sqrt/exp -> cycles a library call
     exp_in_fpu_ops: float                           # expf on an FPU, in FPU muls
-    mac_factor: Mapping[str, float]                 # cpu -> its MAC coefficients against its backend's
+    mac_factor: Mapping[str, Mapping[str, float]]   # cpu -> MAC class -> its per-MAC figure against its backend's
     no_fpu: frozenset[str]                          # cpus whose architecture has no FPU
     mac: Mapping[str, float]                        # the arithmetic of one fp32 MAC
     conversion: Mapping[str, float]                 # the arithmetic of quantizing or dequantizing an element
@@ -92,7 +95,7 @@ class CostTable:
     def kernel(self, core: Core, kind: str) -> Coefficient:
         """The coefficient of a kernel class on `core`: its backend's, scaled for its pipeline."""
         base = self.int8[core.backend][kind]
-        factor = self.mac_factor.get(core.cpu, 1.0)
+        factor = self.mac_factor.get(core.cpu, {}).get(kind, 1.0)
         return base if factor == 1.0 else replace(base, per_mac=base.per_mac * factor)
 
     def arithmetic_of(self, op: str) -> Mapping[str, float]:
@@ -187,7 +190,8 @@ def parse_table(data: Any, cpus: Iterable[str]) -> CostTable:
     read = _Reader()
     int8 = _int8(read, _mapping(_get(data, "int8", ""), "int8"))
     cores = _mapping(data.get("cores", {}), "cores")
-    mac_factor = {cpu: read.one(cores, _known(cpu, cpus, "cores"), "cores", "mac") for cpu in cores}
+    mac_factor = {cpu: read.row(_get(cores, _known(cpu, cpus, "cores"), "cores"), f"cores.{cpu}", MAC_CLASSES,
+                                MAC_CLASSES) for cpu in cores}
     dispatch = read.one(data, "dispatch", "", "per_op")
     fp32 = _mapping(_get(data, "fp32", ""), "fp32")
     loop = read.one(fp32, "loop", "fp32", "per_element")

@@ -230,7 +230,7 @@ def test_boards_keeps_its_rows_short_and_gives_the_sources_on_request(capsys: py
     assert len(table) == len(builtin_boards()) + 2 and max(map(len, table)) <= 132
     assert not any("https://" in line for line in table)
     assert table[2].split() == ["stm32f746g-disco", "cortex-m7", "320", "KiB", "(327,680", "B)", "1", "MiB",
-                                "(1,048,576", "B)", "216", "MHz", "yes"]
+                                "(1,048,576", "B)", "216", "MHz", "yes", "0.25", "cycles/B"]
     assert next(r for r in table if r.startswith("ek-ra8d1")).endswith("yes    0.625 cycles/B")
 
     assert main(["boards", "--verbose"]) == 0
