@@ -465,7 +465,7 @@ def device_outputs(view: GraphView, batches: Sequence[tuple[Any, ...]],
     value the program's own (nothing forced). What an NPU fold must leave unchanged, bit for bit.
     Raises OverBudget when a run would hold more than RUN_BUDGET_BYTES, and what `delegates` raises."""
     runnable = Runnable.of(view.program, batches[0], lambda: view.module)
-    output = view.program.graph.output_node()
+    output = runnable.graph.graph.output_node()  # the graph the run steps through: the program's, or its module's
     found = []
     for batch in batches:
         with torch.no_grad():

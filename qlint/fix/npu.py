@@ -16,7 +16,9 @@ they are left, and say why.
 
 Nothing is written unless the folded quantized program gives the unfolded one's outputs bit for bit
 on every verification input, and its lowering passes the value check, each NPU partition's TOSA run
-on the TOSA reference model (`analysis.tosa`) against the folded quantized program on those inputs.
+on the TOSA reference model (`analysis.tosa`) against the folded quantized program on those inputs,
+and the lowered programs before and after the fold, run as the device runs them, give the same
+outputs bit for bit (`require_same_on_device`).
 """
 
 from __future__ import annotations
