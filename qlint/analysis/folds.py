@@ -322,6 +322,10 @@ def _plan(region: Region, rescaler: Rescaler | None) -> Fold | str:
     return _rescale(region, qp_in, exhaustive, outputs)
 
 
+# The dtypes whose dequantize -> quantize pair `_npu_fold` proves on the NPU's RESCALE: Arm lowers an
+# unsigned one with flags the one-op graph of `analysis.tosa.rescaled` does not set.
+SIGNED_RESCALES = ("int8", "int16")
+
 # Why an island on an NPU target that is no identity has no fold, before what `_rescale` said.
 NPU_RESCALE_ONLY = "on an NPU target an island folds only as an identity or into its output quantize's scale"
 
@@ -341,17 +345,22 @@ def _npu_fold(region: Region, dq: Node, qp_in: QParams, exhaustive: Exhaustive, 
     [out] = fold.outputs
     read, write = region.view.qparams(fold.dq), region.view.qparams(out)
     assert read is not None and write is not None
+    if {read.dtype, write.dtype} - set(SIGNED_RESCALES):
+        return (f"the NPU's RESCALE of a {read.dtype} -> {write.dtype} pair is not proven here "
+                "(signed int8 and int16 are)")
     reference = exhaustive.outputs[out]
     ratio = read.scale / fold.scale  # as Arm's InsertRescalePass computes the pair's RESCALE scale
     try:
         on_npu = rescaler(exhaustive.values, ratio, read.zero_point, write.zero_point, reference.dtype)
+    except ImportError as exc:
+        return f"the NPU's RESCALE cannot be run on the host: {first_line(exc)}"
     except Exception as exc:  # noqa: BLE001 - Arm's serialization refuses the scale (a shift out of range)
         return f"the NPU's RESCALE by {ratio:.9g} cannot be built: {first_line(exc)}"
     mask = exhaustive.mask
     differing = on_npu[mask].to(torch.int32) - reference[mask].to(torch.int32)
-    if int(differing.abs().max()):
-        steps = int(differing.abs().max())
-        return (f"the NPU's RESCALE by {ratio:.9g} (fixed point, rounding half up) differs from the quantize "
-                f"(rounding half to even) on {int((differing != 0).sum())} of {int(mask.sum())} {qp_in.dtype} inputs, "
-                f"by up to {steps} step{'s' if steps != 1 else ''}")
+    steps = int(differing.abs().max())
+    if steps:
+        return (f"the NPU's RESCALE by {ratio:.9g} (fixed point, rounding half up, clamped to the dtype's range) "
+                f"differs from the quantize on {int((differing != 0).sum())} of {int(mask.sum())} {qp_in.dtype} "
+                f"inputs, by up to {steps} step{'s' if steps != 1 else ''}")
     return replace(fold, npu_proven=True)

@@ -137,8 +137,9 @@ def fix_npu_program(program: Any, artifact: str, config: Config, inputs: Sequenc
 def require_same_on_device(linted: Linted, fixed: Linted, inputs: Sequence[tuple[Any, ...]]) -> None:
     """Raise VerificationError unless the fold changes nothing the device computes: the lowered program's
     outputs before and after it, each NPU partition's TOSA run on the reference model and the CPU's ops on
-    their kernels, are the same bit for bit on every input. The value check (QL007) allows a partition a
-    fixed-point step against the quantized program; a fold that claims no numerical change allows none,
+    their kernels, are the same bit for bit on every input. The value check (QL007) allows a partition
+    `DIVERGED_STEPS` fixed-point steps against the quantized program; a fold that claims no numerical
+    change allows none,
     and one whose values cannot be computed is not verified."""
     from qlint.analysis.tosa import DelegateValues
     from qlint.analysis.values import device_outputs

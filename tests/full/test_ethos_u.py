@@ -533,8 +533,8 @@ def test_a_scale_the_npus_rescale_rounds_otherwise_is_left_with_the_count() -> N
     [left] = linted.left
     # each odd integer is a tie for the RESCALE; where the quantized program's float product lands on the
     # tie too, it rounds to even
-    assert left.reason == ("the NPU's RESCALE by 0.5 (fixed point, rounding half up) differs from the quantize "
-                           "(rounding half to even) on 60 of 256 int8 inputs, by up to 1 step")
+    assert left.reason == ("the NPU's RESCALE by 0.5 (fixed point, rounding half up, clamped to the dtype's range) "
+                           "differs from the quantize on 60 of 256 int8 inputs, by up to 1 step")
 
 
 @pytest.mark.model("scaled_into_cat@npu")
