@@ -315,8 +315,8 @@ def _plan(region: Region, rescaler: Rescaler | None) -> Fold | str:
         return "an output does not go to a per-tensor quantize"
     exhaustive = region.exhaustive()
     assert exhaustive is not None  # one dequantized input, elementwise, quantize outputs
-    if rescaler is not None:
-        return _npu_fold(region, region.dq, qp_in, exhaustive, outputs, rescaler)
+    if rescaler is not None and not exhaustive.identity:
+        return _npu_fold(region, qp_in, exhaustive, outputs, rescaler)
     if qp_in.dtype == "int8":
         return _int_fold(region, region.dq, qp_in, exhaustive, outputs)
     return _rescale(region, qp_in, exhaustive, outputs)
@@ -330,21 +330,17 @@ SIGNED_RESCALES = ("int8", "int16")
 NPU_RESCALE_ONLY = "on an NPU target an island folds only as an identity or into its output quantize's scale"
 
 
-def _npu_fold(region: Region, dq: Node, qp_in: QParams, exhaustive: Exhaustive, outputs: list[Node],
+def _npu_fold(region: Region, qp_in: QParams, exhaustive: Exhaustive, outputs: list[Node],
               rescaler: Rescaler) -> Fold | str:
-    """An NPU target has no int8 table for an island, so what is no identity folds only into the
-    output quantize scale, and only when the NPU's RESCALE of the dequantize -> quantize pair the fold
-    leaves gives the integers the island gives, on every input integer (`Rescaler`)."""
-    if exhaustive.identity:
-        return _int_fold(region, dq, qp_in, exhaustive, outputs) if qp_in.dtype == "int8" \
-            else _rescale(region, qp_in, exhaustive, outputs)
+    """An island on an NPU target that is no identity: the NPU has no int8 table for it, so it folds
+    only into the output quantize scale, and only when the NPU's RESCALE of the dequantize -> quantize
+    pair the fold leaves gives the integers the island gives, on every input integer (`Rescaler`)."""
     fold = _rescale(region, qp_in, exhaustive, outputs)
     if isinstance(fold, str):
         return f"{NPU_RESCALE_ONLY}: {fold}"
-    assert fold.dq is not None and fold.scale is not None
+    assert region.scale is not None and fold.scale is not None
     [out] = fold.outputs
-    read, write = region.view.qparams(fold.dq), region.view.qparams(out)
-    assert read is not None and write is not None
+    read, write = region.scale.qp_in, region.scale.qp_out  # the qparams `_rescale` proved the float scale on
     if {read.dtype, write.dtype} - set(SIGNED_RESCALES):
         return (f"the NPU's RESCALE of a {read.dtype} -> {write.dtype} pair is not proven here "
                 "(signed int8 and int16 are)")

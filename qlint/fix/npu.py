@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from qlint.analysis.folds import Fold, FoldKind
+from qlint.analysis.tosa import DelegateValues
+from qlint.analysis.values import device_outputs
 from qlint.fix.errors import FixError, VerificationError
 from qlint.fix.program import (
     NO_INPUTS,
@@ -139,11 +141,7 @@ def require_same_on_device(linted: Linted, fixed: Linted, inputs: Sequence[tuple
     outputs before and after it, each NPU partition's TOSA run on the reference model and the CPU's ops on
     their kernels, are the same bit for bit on every input. The value check (QL007) allows a partition
     `DIVERGED_STEPS` fixed-point steps against the quantized program; a fold that claims no numerical
-    change allows none,
-    and one whose values cannot be computed is not verified."""
-    from qlint.analysis.tosa import DelegateValues
-    from qlint.analysis.values import device_outputs
-
+    change allows none, and one whose values cannot be computed is not verified."""
     assert linted.delegation is not None and fixed.delegation is not None
     try:
         before = device_outputs(linted.analysis.view, inputs, DelegateValues(linted.delegation))

@@ -545,7 +545,7 @@ def test_a_fold_only_the_float_proof_holds_is_caught_on_the_device_outputs(monke
     import qlint.analysis.folds as folds
     from qlint.fix.errors import VerificationError
 
-    def float_proof_only(region: Any, dq: Any, qp_in: Any, exhaustive: Any, outputs: Any, rescaler: Any) -> Any:
+    def float_proof_only(region: Any, qp_in: Any, exhaustive: Any, outputs: Any, rescaler: Any) -> Any:
         fold = folds._rescale(region, qp_in, exhaustive, outputs)
         return replace(fold, npu_proven=True) if isinstance(fold, folds.Fold) else fold
 
