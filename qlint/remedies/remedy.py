@@ -52,6 +52,15 @@ class Remedy:
         """This remedy with `sites` (some of `sites(graph)`) left as they are."""
         raise NotImplementedError
 
+    def alternative(self) -> Remedy | None:
+        """The same remedy built another way, which the search tries when this one is over the guard,
+        before it leaves any site out; None when there is none."""
+        return None
+
+    def variant(self) -> str:
+        """How this build differs from the remedy's plain one, for the report ("" when it is the plain one)."""
+        return ""
+
     def user_lines(self) -> tuple[str, ...]:
         """What the user adds to their export script for this remedy as configured."""
         return self.user_change
