@@ -25,10 +25,10 @@ from torchao.quantization.pt2e.quantizer import (  # noqa: E402
     DerivedQuantizationSpec,
     FixedQParamsQuantizationSpec,
     QuantizationSpec,
-    Quantizer,
     SharedQuantizationSpec,
 )
 
+from qlint.remedies.annotating import AnnotatingQuantizer  # noqa: E402
 from qlint.remedies.remedy import Remedy  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
@@ -176,25 +176,14 @@ def share_fixed_qparams(graph: Any) -> list[tuple[Node, Node]]:
     return changed
 
 
-class DerivedScaleQuantizer(Quantizer):
+class DerivedScaleQuantizer(AnnotatingQuantizer):
     """A quantizer that annotates like `inner`, then derives each constant scale's output qparams
     and lets the consumers of a fixed-qparams output read it without a requantize."""
 
-    def __init__(self, inner: Quantizer) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def transform_for_annotation(self, model: Any) -> Any:
-        return self.inner.transform_for_annotation(model)
-
-    def annotate(self, model: Any) -> Any:
-        model = self.inner.annotate(model)
+    def reannotate(self, model: Any) -> Any:
         derive_scale_qparams(model)
         share_fixed_qparams(model)
         return model
-
-    def validate(self, model: Any) -> None:
-        self.inner.validate(model)
 
 
 class DerivedScaleQParams(Remedy):

@@ -45,10 +45,10 @@ from torchao.quantization.pt2e.observer import MinMaxObserver  # noqa: E402
 from torchao.quantization.pt2e.quantizer import (  # noqa: E402
     DerivedQuantizationSpec,
     QuantizationSpec,
-    Quantizer,
     SharedQuantizationSpec,
 )
 
+from qlint.remedies.annotating import AnnotatingQuantizer  # noqa: E402
 from qlint.remedies.remedy import SitedRemedy, node_for, rewrite_each  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
@@ -338,19 +338,9 @@ def range_norms(model: GraphModule) -> GraphModule:
     return model
 
 
-class NormRangesQuantizer(Quantizer):
+class NormRangesQuantizer(AnnotatingQuantizer):
     """A quantizer that annotates like `inner`, then ranges each norm `rebuild_layer_norms` rebuilt
     for rows calibration did not see (see the module's docstring)."""
 
-    def __init__(self, inner: Quantizer) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def transform_for_annotation(self, model: Any) -> Any:
-        return self.inner.transform_for_annotation(model)
-
-    def annotate(self, model: Any) -> Any:
-        return range_norms(self.inner.annotate(model))
-
-    def validate(self, model: Any) -> None:
-        self.inner.validate(model)
+    def reannotate(self, model: GraphModule) -> GraphModule:
+        return range_norms(model)
