@@ -18,6 +18,7 @@ reference model against that program.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -450,8 +451,11 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
         except RemedyError as exc:
             return Remediated(plain.program, plain.build, report, plain.fixed,
                               f"the kept remedies together fail, nothing written: {exc}")
-    report.final, report.io = final.measured, final.io
     drop = sqnr_drop(baseline, final.measured)
+    if drop > guard and len(kept) > 1:
+        final = _without_one(kept, report, final, drop, build, config, artifact, batches, reference) or final
+        drop = sqnr_drop(baseline, final.measured)
+    report.final, report.io = final.measured, final.io
     if drop > guard:
         return Remediated(final.program, final.build, report, final.fixed, (
             f"with {', '.join(kept)} together the SQNR drops {drop:.2f} dB "
@@ -459,3 +463,32 @@ def remediate(build: Build, names: Sequence[RemedyName], config: Config, artifac
             "nothing written"
         ))
     return Remediated(final.program, final.build, report, final.fixed)
+
+
+def _without_one(kept: dict[RemedyName, tuple[Remedy, _Candidate]], report: RemedyReport, together: _Candidate,
+                 drop: float, build: Build, config: Config, artifact: str, batches: Sequence[tuple[Any, ...]],
+                 reference: Sequence[torch.Tensor]) -> _Candidate | None:
+    """Kept remedies each within the guard alone, over it together: built without one of them in
+    turn, the build within the guard that leaves the fewest fp32 elements (then the best SQNR). The
+    one it leaves out is refused with both figures, and `kept` loses it. None when no such build is."""
+    guard = config.remedy_max_sqnr_drop_db
+    builds: list[tuple[RemedyName, _Candidate]] = []
+    for left in kept:
+        rest = [kept[name][0] for name in REMEDIES if name in kept and name != left]
+        try:
+            candidate = next(c for n, (_, c) in kept.items() if n != left) if len(rest) == 1 else \
+                _built(build, rest, config, artifact, batches, reference)
+        except RemedyError:
+            continue
+        if sqnr_drop(report.baseline, candidate.measured) <= guard:
+            builds.append((left, candidate))
+    if not builds:
+        return None
+    left, best = min(builds, key=lambda b: (b[1].measured.fp32_elements, -b[1].measured.sqnr_db))
+    index, alone = next((i, o) for i, o in enumerate(report.outcomes) if o.remedy == left)
+    report.outcomes[index] = dataclasses.replace(alone, status=RemedyStatus.REFUSED, reason=(
+        f"{alone.reason} alone, but with {', '.join(kept)} together the SQNR drops {drop:.2f} dB "
+        f"({report.baseline.sqnr_db:.1f} -> {together.measured.sqnr_db:.1f} dB), over the {guard:g} dB guard; "
+        f"left out, the build without it leaves the fewest fp32 elements ({best.measured.fp32_elements})"))
+    del kept[left]
+    return best

@@ -31,7 +31,8 @@ def one_block_sam() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], list[tup
 # What each model's tests read: every remedy, or the ones they assert on where a model's builds
 # are long (each applicable remedy is one more export, quantization, lowering and verified fix).
 ASSERTED = {"one_block_sam": [RemedyName.DERIVED_SCALE_QPARAMS, RemedyName.INT8_IO],
-            "transformer_encoder": [RemedyName.UNFUSED_ATTENTION, RemedyName.CHANNELS_LAST]}
+            "transformer_encoder": [RemedyName.UNFUSED_ATTENTION, RemedyName.CHANNELS_LAST,
+                                    RemedyName.INT8_LAYERNORM]}
 
 
 @pytest.fixture(scope="session")
@@ -104,6 +105,25 @@ def test_unfused_attention_turns_the_transformer_encoder_attention_into_int8_ker
     gained = next(line for line in text.splitlines() if "Cortex-M kernels gained:" in line)
     assert "cortex_m.quantized_batch_matmul x2" in gained and "cortex_m.softmax x1" in gained
     assert "unfuse_attention(" in text
+
+
+@pytest.mark.model("transformer_encoder")
+def test_remedies_over_the_guard_together_are_built_without_one_and_the_report_says_which(
+    remediated: Callable[..., Remediated],
+) -> None:
+    """The encoder's unfused-attention and int8-layernorm are each within the guard alone and over it
+    together: built without int8-layernorm, the program leaves the fewest fp32 elements within the
+    guard, so that build is the one written, and int8-layernorm is refused with both figures."""
+    done = remediated("transformer_encoder")
+    left, kept = outcome(done, RemedyName.INT8_LAYERNORM), outcome(done, RemedyName.UNFUSED_ATTENTION)
+    base, guard = done.report.baseline, Config().remedy_max_sqnr_drop_db
+    assert done.error is None and kept.status == RemedyStatus.KEPT and left.status == RemedyStatus.REFUSED
+    assert 0 < base.sqnr_db - left.measured.sqnr_db <= guard < float(
+        left.reason.split("together the SQNR drops ")[1].split(" dB")[0])
+    assert left.measured.fp32_elements < base.fp32_elements  # it helped alone
+    assert done.report.final == kept.measured
+    assert left.reason.endswith("left out, the build without it leaves the fewest fp32 elements "
+                                f"({kept.measured.fp32_elements})")
 
 
 @pytest.mark.model("transformer_encoder")
