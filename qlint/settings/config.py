@@ -136,21 +136,22 @@ class Config:
         return self.severities.get(code) or Severity(load_catalog()[code].default_severity)
 
     def selects(self, code: Code) -> bool:
-        """Whether `select` and `ignore` leave rule `code` on: selected (no `select` selects every
-        rule) and not ignored; an ignore wins over a select beside it."""
-        return (not self.select or _matches(code, self.select)) and not _matches(code, self.ignore)
+        """Whether `select` and `ignore` leave rule `code` on (no `select` selects every rule). As in
+        ruff, the more specific selector decides (`select: [QL001]` beats `ignore: [QL0]`); at
+        equal specificity the ignore does."""
+        return _layered(code, not self.select, self.select, self.ignore)
 
     def with_selection(self, select: tuple[str, ...] | None, extend_select: tuple[str, ...] = (),
                        ignore: tuple[str, ...] = ()) -> Config:
         """This config with the command line's selection layered on it, as ruff layers them: `--select`
         starts the selection anew (the config's `select` and `ignore` no longer apply), `--extend-select`
-        adds to it, `--ignore` takes from it (and wins over the two beside it). The result is written
-        as the rules it leaves off."""
+        adds to it, `--ignore` takes from it; within the layer the more specific selector decides, an
+        ignore at equal specificity. The result is written as the rules it leaves off."""
         if select is None and not extend_select and not ignore:
             return self
-        on = {code for code in Code if (_matches(code, select) if select is not None else self.selects(code))
-              or _matches(code, extend_select)}
-        off = tuple(code for code in Code if code not in on or _matches(code, ignore))
+        chosen = (*(select or ()), *extend_select)
+        off = tuple(code for code in Code
+                    if not _layered(code, self.selects(code) if select is None else False, chosen, ignore))
         return replace(self, select=(), ignore=off)
 
     def enabled(self, code: Code) -> bool:
@@ -213,9 +214,16 @@ class Config:
         return replace(config, npu=config.resolve_npu(target.npu))
 
 
-def _matches(code: Code, selectors: tuple[str, ...]) -> bool:
-    """Whether one of `selectors` (codes or prefixes) names rule `code`."""
-    return any(code.startswith(s) for s in selectors)
+def _specificity(code: Code, selectors: tuple[str, ...]) -> int:
+    """The length of the longest of `selectors` (codes or prefixes) that names rule `code`; -1 for none."""
+    return max((len(s) for s in selectors if code.startswith(s)), default=-1)
+
+
+def _layered(code: Code, below: bool, select: tuple[str, ...], ignore: tuple[str, ...]) -> bool:
+    """Whether one layer of `select` and `ignore` leaves rule `code` on, `below` being its state under
+    the layer: the more specific selector that names it decides, the ignore at equal specificity."""
+    chosen, dropped = _specificity(code, select), _specificity(code, ignore)
+    return below if chosen < 0 and dropped < 0 else chosen > dropped
 
 
 def find_repo_root(start: Path) -> Path:
@@ -706,8 +714,9 @@ target_cpu: cortex-m55
 include: ["**/*.pt2", "**/*.pte"]
 exclude: []
 
-# Rule selection, ruff-style: codes or code prefixes; an ignore wins over a select. On the command
-# line --select replaces this selection, --extend-select and --ignore add to it.
+# Rule selection, ruff-style: codes or code prefixes; the more specific one decides, an ignore at
+# equal specificity. On the command line --select replaces this selection, --extend-select and
+# --ignore add to it.
 # select: [QL001, QL002]
 # ignore: [QL005]
 

@@ -108,6 +108,13 @@ ALL = ("QL001", "QL002", "QL003", "QL004", "QL005", "QL007", "QL008", "QL009")  
     ("ignore: [QL004]\n", ["--select", "QL001", "--select", "QL004", "--ignore", "QL001"], ["QL004"]),
     ("select: [QL001]\n", ["--select", "QL00", "--ignore", "QL00"], []),
     ("ignore: [QL004]\n", [], [c for c in ALL if c != "QL004"]),
+    # within one layer the more specific selector decides, the ignore at equal specificity (ruff's order)
+    ("select: [QL001]\nignore: [QL0]\n", [], ["QL001"]),
+    ("select: [QL0]\nignore: [QL001]\n", [], [c for c in ALL if c.startswith("QL0") and c != "QL001"]),
+    ("select: [QL001]\nignore: [QL001]\n", [], []),
+    ("", ["--select", "QL004", "--ignore", "QL0"], ["QL004"]),
+    ("", ["--extend-select", "QL001", "--ignore", "QL00"],
+     [c for c in ALL if not c.startswith("QL00") or c == "QL001"]),
 ])
 def test_the_command_lines_selection_is_layered_on_the_configs_as_ruff_layers_it(
         tmp_path: Path, text: str, argv: list[str], enabled: list[str]) -> None:
