@@ -233,17 +233,22 @@ def _fed(batches: Sequence[tuple[Any, ...]], remedies: list[Remedy], io: Program
 
 
 def _each_site(build: Build, remedy: Remedy, sites: list[str], config: Config, artifact: str,
-               batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor]) -> tuple[SiteMeasurement, ...]:
-    """The SQNR with `remedy` at each of `sites` alone, worst first."""
-    measured = []
+               batches: Sequence[tuple[Any, ...]], reference: Sequence[torch.Tensor],
+               ) -> tuple[tuple[SiteMeasurement, ...], tuple[str, _Candidate] | None]:
+    """The SQNR with `remedy` at each of `sites` alone, worst first, and the build of the best one
+    alone: the search's last try, kept rather than built twice."""
+    measured, best = [], None
     for site in sites:
         alone = remedy.leaving(frozenset(sites) - {site})
         try:
-            measured.append(SiteMeasurement(site, _built(build, [alone], config, artifact, batches,
-                                                         reference).measured.sqnr_db))
+            candidate = _built(build, [alone], config, artifact, batches, reference)
         except RemedyError as exc:
             measured.append(SiteMeasurement(site, math.nan, str(exc)))
-    return tuple(sorted(measured, key=lambda s: (not s.failed, s.sqnr_db)))
+            continue
+        measured.append(SiteMeasurement(site, candidate.measured.sqnr_db))
+        if best is None or candidate.measured.sqnr_db > best[1].measured.sqnr_db:
+            best = (site, candidate)
+    return tuple(sorted(measured, key=lambda s: (not s.failed, s.sqnr_db))), best
 
 
 def _better_built(remedy: Remedy, candidate: _Candidate, build: Build, config: Config, artifact: str,
@@ -270,7 +275,8 @@ def _refused_or_partly_kept(
     why = (f"SQNR {baseline.sqnr_db:.1f} -> {refused.measured.sqnr_db:.1f} dB drops {drop:.2f} dB, over the "
            f"{guard:g} dB guard (remedy_max_sqnr_drop_db); it would give {', '.join(gains)}")
     sites = remedy.sites(float_graph)
-    measured = _each_site(build, remedy, sites, config, artifact, batches, reference) if len(sites) > 1 else ()
+    measured, best = _each_site(build, remedy, sites, config, artifact, batches, reference) \
+        if len(sites) > 1 else ((), None)
     left: frozenset[str] = frozenset(s.site for s in measured if s.failed)
     for worst in (s for s in measured if not s.failed):
         left |= {worst.site}
@@ -278,7 +284,8 @@ def _refused_or_partly_kept(
             break
         partial = remedy.leaving(left)
         try:
-            candidate = _built(build, [partial], config, artifact, batches, reference)
+            candidate = best[1] if best is not None and set(sites) - left == {best[0]} else \
+                _built(build, [partial], config, artifact, batches, reference)
         except RemedyError:
             continue
         partial_gains = _gains(baseline, candidate.measured)
