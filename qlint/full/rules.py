@@ -45,12 +45,13 @@ from qlint.io.vela import NpuPartition
 from qlint.loading.ethos_u import Delegation, lowered_module
 from qlint.loading.inputs import check_inputs, npu_check_inputs
 from qlint.loading.lowering import LoweringError
-from qlint.loading.view import DELEGATE_CALL, GraphView, base_name, is_float, numel, op_name
+from qlint.loading.view import DELEGATE_CALL, GraphView, Kind, base_name, is_float, numel, op_name
 from qlint.records.results import NPU_PART, ArtifactStats, Contributor, Finding, Location, Severity, shapes_elided
 from qlint.records.source import locate, module_path
 from qlint.rules import builders
 from qlint.rules.builders import Term
 from qlint.rules.catalog import enabled_rules
+from qlint.rules.qparams import QParams
 from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config
 from qlint.settings.sizes import show_size
@@ -194,9 +195,43 @@ def lowering_message(exc: LoweringError, verbose: bool = False) -> str:
 def lowering_failed(context: Context) -> list[Finding]:
     exc = context.failure
     assert exc is not None
-    nodes = (exc.node,) if exc.node is not None else ()
-    return [context.factory.finding(Code.LOWERING_FAILED, lowering_message(exc, context.verbose), nodes,
-                              pass_name=exc.pass_name, graph_nodes=graph_nodes(context.view, dict.fromkeys(nodes, 0)))]
+    nodes: tuple[Node, ...] = (exc.node,) if exc.node is not None else ()
+    message = lowering_message(exc, context.verbose)
+    if exc.pass_name == NPU_PARTITIONER and not nodes:
+        unscalable = unscalable_constants(context.view)
+        if unscalable:  # the lowering names no node: the finding goes to the op that reads the constant
+            reader, qp = unscalable[0]
+            nodes = (reader,)
+            message += (f"; {reader.name} reads a constant quantized at scale {qp.scale:.3g} (it holds "
+                        f"{(qp.qmin - qp.zero_point) * qp.scale:.3g} to {(qp.qmax - qp.zero_point) * qp.scale:.3g}): "
+                        "the TOSA RESCALE of an op reading it needs a multiplier and shift that Arm's "
+                        "`_compute_multiplier_and_shift` refuses for that scale (an additive mask of "
+                        "torch.finfo(float32).min is one)")
+    return [context.factory.finding(Code.LOWERING_FAILED, message, nodes, pass_name=exc.pass_name,
+                                    graph_nodes=graph_nodes(context.view, dict.fromkeys(nodes, 0)))]
+
+
+NPU_PARTITIONER = "EthosUPartitioner"  # the pass name an Ethos-U lowering's failure carries
+
+
+def unscalable_constants(view: GraphView) -> list[tuple[Node, QParams]]:
+    """Each op reading a dequantized constant whose scale no TOSA RESCALE can apply, with the
+    constant's qparams: Arm's own multiplier and shift (32-bit, `_compute_multiplier_and_shift`)
+    refuse that scale, as they refuse the RESCALE it makes at the op that reads it."""
+    from executorch.backends.arm.operators.op_tosa_rescale import _compute_multiplier_and_shift
+
+    found: list[tuple[Node, QParams]] = []
+    for node in view.graph.nodes:
+        qp = view.qparams(node)
+        source = node.args[0] if node.args else None
+        if view.kind(node) != Kind.DEQUANTIZE or qp is None or not isinstance(source, Node) \
+                or not view.is_constant(source):
+            continue
+        try:
+            _compute_multiplier_and_shift([qp.scale], 32)
+        except (AssertionError, ValueError, OverflowError):
+            found.extend((reader, qp) for reader in node.users)
+    return found
 
 
 def _terms(scale: ScaleIsland) -> list[Term]:

@@ -554,3 +554,38 @@ def test_a_fold_only_the_float_proof_holds_is_caught_on_the_device_outputs(monke
     with pytest.raises(VerificationError, match=r"^the device computes other values after the fold: output 0 "
                                                 r"differs on verification input 0$"):
         fix_scaled(program, config)
+
+
+class FinfoMasked(torch.nn.Module):
+    """Scores plus an additive mask built in the graph the way `transformers` builds BERT's when no
+    attention mask is given: `(1.0 - ones) * torch.finfo(float32).min`, a constant whose int8 scale
+    is 1.3e36."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keep = torch.ones(x.shape[:-1], dtype=x.dtype)[..., None]
+        mask = (1.0 - keep) * torch.finfo(x.dtype).min
+        return self.linear(x) + mask
+
+
+@pytest.mark.model("finfo_masked@npu")
+def test_a_mask_constant_no_rescale_can_scale_is_named_at_its_line_when_the_lowering_fails() -> None:
+    """Arm's TOSA lowering raises "Shift should be in range [2, 62]" naming no node; the finding goes
+    to the op reading the constant whose scale Arm's own multiplier and shift refuse, at its line."""
+    from conftest import npu_quantized
+
+    torch.manual_seed(0)
+    calibration = [(torch.randn(1, 4, 8),) for _ in range(2)]
+    program = npu_quantized(FinfoMasked().eval(), calibration[0], calibration, U55, ())
+    linted = lint_program(program, "masked", replace(Config(root=ROOT), npu=npu(U55)))
+    [failed] = [f for f in linted.findings if f.code == "QL003"]
+    scale = -torch.finfo(torch.float32).min / 255
+    assert failed.message.startswith(
+        "Cortex-M lowering failed in EthosUPartitioner: Shift should be in range [2, 62]; ")
+    assert f"reads a constant quantized at scale {scale:.3g} (it holds {-scale * 255:.3g} to 0)" in failed.message
+    source = Path(__file__).read_text().splitlines()
+    line = next(i for i, code in enumerate(source, 1) if "mask = (1.0 - keep) * torch.finfo(x.dtype).min" in code)
+    assert where(failed) == ("tests/full/test_ethos_u.py", line)
