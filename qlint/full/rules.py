@@ -45,13 +45,12 @@ from qlint.io.vela import NpuPartition
 from qlint.loading.ethos_u import Delegation, lowered_module
 from qlint.loading.inputs import check_inputs, npu_check_inputs
 from qlint.loading.lowering import LoweringError
-from qlint.loading.view import DELEGATE_CALL, GraphView, Kind, base_name, is_float, numel, op_name
+from qlint.loading.view import DELEGATE_CALL, GraphView, base_name, is_float, numel, op_name
 from qlint.records.results import NPU_PART, ArtifactStats, Contributor, Finding, Location, Severity, shapes_elided
 from qlint.records.source import locate, module_path
 from qlint.rules import builders
 from qlint.rules.builders import Term
 from qlint.rules.catalog import enabled_rules
-from qlint.rules.qparams import QParams
 from qlint.rules.table import Code, Scope
 from qlint.settings.config import Config
 from qlint.settings.sizes import show_size
@@ -198,15 +197,14 @@ def lowering_failed(context: Context) -> list[Finding]:
     nodes: tuple[Node, ...] = (exc.node,) if exc.node is not None else ()
     message = lowering_message(exc, context.verbose)
     if exc.pass_name == NPU_PARTITIONER and not nodes:
-        unscalable = unscalable_constants(context.view)
-        if unscalable:  # the lowering names no node: the finding goes to the op that reads the constant
-            reader, qp = unscalable[0]
-            nodes = (reader,)
-            message += (f"; {reader.name} reads a constant quantized at scale {qp.scale:.3g} (it holds "
-                        f"{(qp.qmin - qp.zero_point) * qp.scale:.3g} to {(qp.qmax - qp.zero_point) * qp.scale:.3g}): "
-                        "the TOSA RESCALE of an op reading it needs a multiplier and shift that Arm's "
-                        "`_compute_multiplier_and_shift` refuses for that scale (an additive mask of "
-                        "torch.finfo(float32).min is one)")
+        unscalable = unscalable_products(context.view)
+        if unscalable:  # the lowering names no node: the finding goes to the first product no RESCALE holds
+            mul, ratio, (left, right, out) = unscalable[0]
+            nodes = (mul,)
+            message += (f"; {mul.name}'s int8 product needs a RESCALE by {ratio:.3g} (its operands' scales "
+                        f"{left:.3g} x {right:.3g} over its output's {out:.3g}), which Arm's "
+                        "`_compute_multiplier_and_shift` refuses (a constant of torch.finfo(float32).min times "
+                        "a tensor of zeros is one)")
     return [context.factory.finding(Code.LOWERING_FAILED, message, nodes, pass_name=exc.pass_name,
                                     graph_nodes=graph_nodes(context.view, dict.fromkeys(nodes, 0)))]
 
@@ -214,23 +212,26 @@ def lowering_failed(context: Context) -> list[Finding]:
 NPU_PARTITIONER = "EthosUPartitioner"  # the pass name an Ethos-U lowering's failure carries
 
 
-def unscalable_constants(view: GraphView) -> list[tuple[Node, QParams]]:
-    """Each op reading a dequantized constant whose scale no TOSA RESCALE can apply, with the
-    constant's qparams: Arm's own multiplier and shift (32-bit, `_compute_multiplier_and_shift`)
-    refuse that scale, as they refuse the RESCALE it makes at the op that reads it."""
+def unscalable_products(view: GraphView) -> list[tuple[Node, float, tuple[float, float, float]]]:
+    """Each `mul` of two int8 operands whose product no TOSA RESCALE can bring to its output's scale:
+    the scale `s_a * s_b / s_out` Arm's TOSA MUL rescales its int32 product by, refused by Arm's own
+    multiplier and shift. The ratio, then the three scales."""
     from executorch.backends.arm.operators.op_tosa_rescale import _compute_multiplier_and_shift
 
-    found: list[tuple[Node, QParams]] = []
+    found: list[tuple[Node, float, tuple[float, float, float]]] = []
     for node in view.graph.nodes:
-        qp = view.qparams(node)
-        source = node.args[0] if node.args else None
-        if view.kind(node) != Kind.DEQUANTIZE or qp is None or not isinstance(source, Node) \
-                or not view.is_constant(source):
+        if node.op != "call_function" or base_name(op_name(node)) != "mul" or len(node.users) != 1:
             continue
+        reads = [view.qparams(a) if isinstance(a, Node) else None for a in node.args[:2]]
+        writes = view.qparams(next(iter(node.users)))
+        if None in reads or writes is None or len(reads) != 2:
+            continue
+        left, right = (qp.scale for qp in reads if qp is not None)
+        ratio = left * right / writes.scale
         try:
-            _compute_multiplier_and_shift([qp.scale], 32)
+            _compute_multiplier_and_shift([ratio], 32)
         except (AssertionError, ValueError, OverflowError):
-            found.extend((reader, qp) for reader in node.users)
+            found.append((node, ratio, (left, right, writes.scale)))
     return found
 
 

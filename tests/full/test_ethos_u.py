@@ -572,9 +572,10 @@ class FinfoMasked(torch.nn.Module):
 
 
 @pytest.mark.model("finfo_masked@npu")
-def test_a_mask_constant_no_rescale_can_scale_is_named_at_its_line_when_the_lowering_fails() -> None:
-    """Arm's TOSA lowering raises "Shift should be in range [2, 62]" naming no node; the finding goes
-    to the op reading the constant whose scale Arm's own multiplier and shift refuse, at its line."""
+def test_a_product_no_rescale_can_scale_is_named_at_its_line_when_the_lowering_fails() -> None:
+    """Arm's TOSA lowering raises "Shift should be in range [2, 62]" naming no node; the finding goes to
+    the `mul` whose product's RESCALE (the constant's scale times the zeros' over the zeros') Arm's own
+    multiplier and shift refuse, at its line."""
     from conftest import npu_quantized
 
     torch.manual_seed(0)
@@ -582,10 +583,11 @@ def test_a_mask_constant_no_rescale_can_scale_is_named_at_its_line_when_the_lowe
     program = npu_quantized(FinfoMasked().eval(), calibration[0], calibration, U55, ())
     linted = lint_program(program, "masked", replace(Config(root=ROOT), npu=npu(U55)))
     [failed] = [f for f in linted.findings if f.code == "QL003"]
-    scale = -torch.finfo(torch.float32).min / 255
+    scale = -torch.finfo(torch.float32).min / 255  # the constant's: its int8 range holds finfo.min to 0
     assert failed.message.startswith(
-        "Cortex-M lowering failed in EthosUPartitioner: Shift should be in range [2, 62]; ")
-    assert f"reads a constant quantized at scale {scale:.3g} (it holds {-scale * 255:.3g} to 0)" in failed.message
+        "Cortex-M lowering failed in EthosUPartitioner: Shift should be in range [2, 62]; mul's int8 product ")
+    assert f"needs a RESCALE by {scale:.3g} (its operands' scales " in failed.message
+    assert f" x {scale:.3g} over its output's " in failed.message
     source = Path(__file__).read_text().splitlines()
     line = next(i for i, code in enumerate(source, 1) if "mask = (1.0 - keep) * torch.finfo(x.dtype).min" in code)
     assert where(failed) == ("tests/full/test_ethos_u.py", line)
