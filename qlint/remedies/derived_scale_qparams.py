@@ -193,7 +193,7 @@ class DerivedScaleQParams(Remedy):
     name = RemedyName.DERIVED_SCALE_QPARAMS
     user_change = (
         "from qlint.remedies.derived_scale_qparams import DerivedScaleQuantizer",
-        "prepared = prepare_pt2e(graph, DerivedScaleQuantizer(CortexMQuantizer()))",
+        "quantizer = DerivedScaleQuantizer(quantizer)  # the flow's (CortexMQuantizer()), before prepare_pt2e",
     )
 
     def not_applicable(self, graph: Any) -> str | None:

@@ -95,7 +95,7 @@ class Int8LayerNorm(SitedRemedy):
         if not self.ranged:
             return lines
         return (f"{lines[0]}, NormRangesQuantizer", lines[1],
-                "prepared = prepare_pt2e(graph, NormRangesQuantizer(CortexMQuantizer()))")
+                "quantizer = NormRangesQuantizer(quantizer)  # the flow's (CortexMQuantizer()), before prepare_pt2e")
 
     def on_graph(self, graph: Any) -> Any:
         return rebuild_layer_norms(graph, skip_unsupported=True, skip=self.skip)
