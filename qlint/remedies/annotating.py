@@ -4,14 +4,20 @@ CortexMQuantizer, so a user's export script wraps theirs the same way."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from qlint.loading import stack
 
 stack.load()
 
+import torch  # noqa: E402
 from torch.fx import GraphModule  # noqa: E402
-from torchao.quantization.pt2e.quantizer import Quantizer  # noqa: E402
+from torchao.quantization.pt2e.quantizer import (  # noqa: E402
+    DerivedQuantizationSpec,
+    QuantizationSpec,
+    Quantizer,
+)
 
 
 class AnnotatingQuantizer(Quantizer):
@@ -33,3 +39,16 @@ class AnnotatingQuantizer(Quantizer):
 
     def validate(self, model: Any) -> None:
         self.inner.validate(model)
+
+
+def derived_spec(spec: QuantizationSpec, derived_from: list[Any],
+                 derive: Callable[[list[Any]], tuple[torch.Tensor, torch.Tensor]]) -> DerivedQuantizationSpec:
+    """`spec`'s dtype, range and scheme, its qparams computed by `derive` from the observers of the
+    edges `derived_from`. A range `spec` leaves open is the dtype's: a derived spec must name one."""
+    bounds = torch.iinfo(spec.dtype)
+    return DerivedQuantizationSpec(
+        derived_from=derived_from, derive_qparams_fn=derive, dtype=spec.dtype,
+        quant_min=spec.quant_min if spec.quant_min is not None else bounds.min,
+        quant_max=spec.quant_max if spec.quant_max is not None else bounds.max,
+        qscheme=spec.qscheme,
+    )

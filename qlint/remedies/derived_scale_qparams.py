@@ -28,7 +28,7 @@ from torchao.quantization.pt2e.quantizer import (  # noqa: E402
     SharedQuantizationSpec,
 )
 
-from qlint.remedies.annotating import AnnotatingQuantizer  # noqa: E402
+from qlint.remedies.annotating import AnnotatingQuantizer, derived_spec  # noqa: E402
 from qlint.remedies.remedy import Remedy  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
@@ -97,15 +97,7 @@ def _shared_nodes(graph: Any) -> set[Node]:
 
 
 def _derived_spec(spec: QuantizationSpec, derived_from: Any, scale: ConstantScale) -> DerivedQuantizationSpec:
-    bounds = torch.iinfo(spec.dtype)
-    return DerivedQuantizationSpec(
-        derived_from=[derived_from],
-        derive_qparams_fn=functools.partial(_derived_qparams, scale.op, scale.constant),
-        dtype=spec.dtype,
-        quant_min=spec.quant_min if spec.quant_min is not None else bounds.min,
-        quant_max=spec.quant_max if spec.quant_max is not None else bounds.max,
-        qscheme=spec.qscheme,
-    )
+    return derived_spec(spec, [derived_from], functools.partial(_derived_qparams, scale.op, scale.constant))
 
 
 def derive_scale_qparams(graph: Any) -> list[ConstantScale]:

@@ -31,6 +31,7 @@ narrower choice. The bounds that always hold (a mean within the input's range, a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +49,7 @@ from torchao.quantization.pt2e.quantizer import (  # noqa: E402
     SharedQuantizationSpec,
 )
 
-from qlint.remedies.annotating import AnnotatingQuantizer  # noqa: E402
+from qlint.remedies.annotating import AnnotatingQuantizer, derived_spec  # noqa: E402
 from qlint.remedies.remedy import SitedRemedy, node_for, rewrite_each  # noqa: E402
 from qlint.settings.config import RemedyName  # noqa: E402
 
@@ -313,15 +314,9 @@ def _ranged(node: Node, spec: QuantizationSpec) -> QuantizationSpec | DerivedQua
     role = node.meta[ROLE]
     if role == CENTRED:
         x, mean = node.args[0], node.args[1]
-        dtype_range = torch.iinfo(spec.dtype)
-        return DerivedQuantizationSpec(
-            derived_from=[(x, node), (mean, node)], derive_qparams_fn=_centred_qparams, dtype=spec.dtype,
-            quant_min=dtype_range.min if spec.quant_min is None else spec.quant_min,
-            quant_max=dtype_range.max if spec.quant_max is None else spec.quant_max, qscheme=spec.qscheme)
-    observer = _WidenedMinMaxObserver if role in STATISTICS else MinMaxObserver
-    return QuantizationSpec(dtype=spec.dtype, observer_or_fake_quant_ctr=observer, quant_min=spec.quant_min,
-                            quant_max=spec.quant_max, qscheme=spec.qscheme, ch_axis=spec.ch_axis,
-                            is_dynamic=spec.is_dynamic)
+        return derived_spec(spec, [(x, node), (mean, node)], _centred_qparams)
+    return dataclasses.replace(spec, observer_or_fake_quant_ctr=(
+        _WidenedMinMaxObserver if role in STATISTICS else MinMaxObserver))
 
 
 def range_norms(model: GraphModule) -> GraphModule:
