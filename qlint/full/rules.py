@@ -227,6 +227,8 @@ def unscalable_products(view: GraphView) -> list[tuple[Node, float, tuple[float,
         if None in reads or writes is None or len(reads) != 2:
             continue
         left, right = (qp.scale for qp in reads if qp is not None)
+        if not all(math.isfinite(s) and s > 0 for s in (left, right, writes.scale)):
+            continue  # qparams no quantizer writes (a crafted program's): no RESCALE to speak of
         ratio = left * right / writes.scale
         try:
             _compute_multiplier_and_shift([ratio], 32)
